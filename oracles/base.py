@@ -1,0 +1,123 @@
+"""The small interfaces every runner, check and oracle implements, and the data they exchange."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import onnx
+
+LOG_TAIL_CHARS = 64_000
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass
+class RunResult:
+    """What one runner execution produced: outputs, or an error / crash / timeout with its log."""
+
+    status: str  # "ok" | "error" | "crash" | "timeout"
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    error: str = ""
+    log: str = ""
+    seconds: float = 0.0
+
+    @property
+    def text(self) -> str:
+        """Everything the runner said: what --fail-regex searches."""
+        return f"{self.error}\n{self.log}" if self.error else self.log
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How a model fails. Two failures are the same when kind and detail agree; the failing outputs may
+    differ, since cutting a graph renames which tensor is an output."""
+
+    kind: str  # "nan" | "tolerance" | "error" | "crash" | "timeout" | "command"
+    detail: str = ""
+    outputs: tuple[str, ...] = ()
+
+    def same_failure(self, other: Signature | None) -> bool:
+        return other is not None and self.kind == other.kind and self.detail == other.detail
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Signature:
+        return cls(data["kind"], data.get("detail", ""), tuple(data.get("outputs", ())))
+
+    def __str__(self) -> str:
+        where = f" in {', '.join(self.outputs[:3])}" if self.outputs else ""
+        return f"{self.kind}{' (' + self.detail + ')' if self.detail else ''}{where}"
+
+
+@dataclass
+class Verdict:
+    """FAIL (with a signature) or PASS, and why, in words."""
+
+    failing: bool
+    signature: Signature | None = None
+    reason: str = ""
+    log: str = ""  # not cached: only kept for the current best
+
+    def to_json(self) -> dict:
+        return {
+            "failing": self.failing,
+            "signature": self.signature.to_json() if self.signature else None,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Verdict:
+        signature = Signature.from_json(data["signature"]) if data.get("signature") else None
+        return cls(data["failing"], signature, data.get("reason", ""))
+
+
+class Runner(Protocol):
+    """Executes a model on one backend. Runs inside a worker process; may crash or hang."""
+
+    spec: str
+    max_abs_value: float | None  # largest magnitude the target precision holds (faithfulness bound)
+
+    def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None) -> dict[str, np.ndarray]:
+        """Return outputs by name; raise with a clear message on a build or run error."""
+        ...
+
+
+class Check(Protocol):
+    """Turns what a runner produced, and the reference values, into a verdict."""
+
+    name: str
+
+    def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict: ...
+
+
+@dataclass
+class CheckJob:
+    """One candidate to judge: the model, which store tensors feed its inputs, where to work."""
+
+    model: onnx.ModelProto
+    feeds: dict[str, Path]  # input name -> .npy file
+    reference: dict[str, np.ndarray]  # output name -> reference value (memory-mapped)
+    workdir: Path  # private to this check
+
+
+class Oracle(Protocol):
+    """Decides whether a candidate fails: runner(s) + check + isolation."""
+
+    description: str
+    fingerprint: str  # changes whenever a verdict could change
+    max_abs_value: float | None
+
+    def judge(self, job: CheckJob) -> Verdict: ...
+
+    def close(self) -> None: ...

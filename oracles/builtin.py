@@ -1,0 +1,36 @@
+"""A built-in oracle: one runner in a warm isolated worker, and one check against the reference."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from oracles import make_runner
+from oracles.base import Check, CheckJob, Verdict
+from oracles.worker import Worker
+from reducer.candidate import save_model
+
+
+class BuiltinOracle:
+    def __init__(self, runner_spec: str, check: Check, timeout: float, check_params: dict):
+        runner = make_runner(runner_spec)  # validates the spec here, before any worker starts
+        self.runner_spec = runner.spec
+        self.check = check
+        self.timeout = timeout
+        self.max_abs_value = runner.max_abs_value
+        self.environment = runner.describe()
+        self.description = f"{runner.spec} --fail-on {check.name}"
+        identity = {"runner": self.environment, "check": check.name, **check_params}
+        self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        self._worker = Worker(runner.spec)
+
+    def judge(self, job: CheckJob) -> Verdict:
+        path = job.workdir / "candidate.onnx"
+        save_model(job.model, path)
+        result = self._worker.run(path, job.feeds, self.timeout)
+        verdict = self.check.judge(result, job.reference)
+        verdict.log = result.text
+        return verdict
+
+    def close(self) -> None:
+        self._worker.close()

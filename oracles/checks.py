@@ -1,0 +1,112 @@
+"""Checks: NaN/Inf, tolerance (Polygraphy's elementwise rule) and error (optionally matched by regex)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from oracles.base import RunResult, Signature, Verdict
+
+_ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+)")
+
+
+def runner_failure(result: RunResult, regexes: list[re.Pattern] | None = None) -> Verdict:
+    """A run that produced no outputs: an error, a crash or a timeout, with what identifies it."""
+    text = result.text
+    if result.status == "error":
+        if regexes:
+            matched = [r.pattern for r in regexes if r.search(text)]
+            if not matched:  # Polygraphy's meaning: only a matching failure counts
+                return Verdict(False, None, "error, but no --fail-regex matched: " + _first_line(result.error))
+            detail = "matched /" + "/, /".join(matched) + "/"
+        else:
+            status = _ORT_STATUS.search(text)
+            detail = status.group(1) if status else text.split(":", 1)[0].strip()
+        return Verdict(True, Signature("error", detail), _first_line(result.error), result.log)
+    killed_by = re.search(r"killed by (SIG\w+|signal \d+)", result.error) if result.status == "crash" else None
+    detail = killed_by.group(1) if killed_by else ""
+    return Verdict(True, Signature(result.status, detail), _first_line(result.error), result.log)
+
+
+class NanCheck:
+    """Fails where the target produces NaN/Inf and the reference is finite."""
+
+    name = "nan"
+
+    def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict:
+        if result.status != "ok":
+            return runner_failure(result)
+        failing, notes = [], []
+        for name, value in result.outputs.items():
+            ref = reference.get(name)
+            value = np.asarray(value)
+            if ref is None or value.dtype.kind not in "fc":
+                continue
+            bad = ~np.isfinite(value)
+            if ref.shape == value.shape:
+                bad &= np.isfinite(ref)
+            count = int(bad.sum())
+            if count:
+                failing.append(name)
+                notes.append(f"{name}: {count} of {value.size} non-finite ({int(np.isnan(value).sum())} NaN)")
+        if failing:
+            return Verdict(True, Signature("nan", "", tuple(failing)), "; ".join(notes[:3]), result.log)
+        return Verdict(False, None, "all outputs finite where the reference is", result.log)
+
+
+class ToleranceCheck:
+    """Polygraphy's rule, per output: fails when some |target - ref| > atol + rtol * |ref|."""
+
+    name = "tolerance"
+
+    def __init__(self, atol: float, rtol: float):
+        self.atol, self.rtol = atol, rtol
+
+    def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict:
+        if result.status != "ok":
+            return runner_failure(result)
+        failing, notes = [], []
+        for name, value in result.outputs.items():
+            ref = reference.get(name)
+            if ref is None:
+                continue
+            value = np.asarray(value)
+            if value.shape != ref.shape:
+                failing.append(name)
+                notes.append(f"{name}: shape {list(value.shape)}, reference {list(ref.shape)}")
+                continue
+            if value.dtype.kind not in "fciu" or value.size == 0:
+                continue
+            target, expected = value.astype(np.float64), np.asarray(ref, dtype=np.float64)
+            both_same_nonfinite = ~np.isfinite(expected) & (
+                (target == expected) | (np.isnan(target) & np.isnan(expected))
+            )
+            diff = np.abs(target - expected)
+            within = (diff <= self.atol + self.rtol * np.abs(expected)) | both_same_nonfinite
+            if not within.all():  # NaN differences are never within
+                failing.append(name)
+                finite = np.isfinite(diff)
+                worst = float(diff[finite].max()) if finite.any() else float("nan")
+                notes.append(f"{name}: {int((~within).sum())} of {value.size} outside, max abs diff {worst:.4g}")
+        if failing:
+            return Verdict(True, Signature("tolerance", "", tuple(failing)), "; ".join(notes[:3]), result.log)
+        return Verdict(False, None, f"all outputs within atol={self.atol:g} rtol={self.rtol:g}", result.log)
+
+
+class ErrorCheck:
+    """Fails when the runner raised; with --fail-regex, the matched pattern is part of the signature."""
+
+    name = "error"
+
+    def __init__(self, regexes: list[re.Pattern] | None = None):
+        self.regexes = regexes or None
+
+    def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict:
+        if result.status == "ok":
+            return Verdict(False, None, "the runner succeeded", result.log)
+        return runner_failure(result, self.regexes)
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]

@@ -1,0 +1,118 @@
+"""The command oracle: any external command decides, with `polygraphy debug reduce --check` semantics."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from oracles.base import LOG_TAIL_CHARS, CheckJob, Signature, Verdict, signal_name
+from reducer.candidate import save_model
+from reducer.errors import UsageError
+
+POLYGRAPHY_ARTIFACT = "polygraphy_debug.onnx"  # what Polygraphy's --check commands expect to find
+
+
+class CommandOracle:
+    """`{model}` and `{inputs}` in the command are replaced by the candidate's path and a Polygraphy
+    `--load-inputs` JSON of its inputs; without `{model}` the candidate is `polygraphy_debug.onnx` in the
+    check's own working directory, as Polygraphy does it. Relative paths that exist where the user
+    started are made absolute, since each check runs in a private directory."""
+
+    max_abs_value = None
+
+    def __init__(
+        self,
+        argv: list[str],
+        timeout: float,
+        fail_codes: list[int] | None = None,
+        ignore_fail_codes: list[int] | None = None,
+        fail_regexes: list[re.Pattern] | None = None,
+        ignore_fail_regexes: list[re.Pattern] | None = None,
+    ):
+        self.argv = [_absolute_if_exists(arg) for arg in argv]
+        self.timeout = timeout
+        self.fail_codes = fail_codes or None
+        self.ignore_fail_codes = ignore_fail_codes or None
+        self.fail_regexes = fail_regexes or None
+        self.ignore_fail_regexes = ignore_fail_regexes or None
+        self.description = "command: " + " ".join(argv)
+        self.environment = {"runner": "command", "command": argv}
+        identity = {
+            "argv": argv,
+            "fail_codes": fail_codes,
+            "ignore_fail_codes": ignore_fail_codes,
+            "fail_regex": [r.pattern for r in fail_regexes or []],
+            "ignore_fail_regex": [r.pattern for r in ignore_fail_regexes or []],
+        }
+        self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+    def judge(self, job: CheckJob) -> Verdict:
+        uses_model = any("{model}" in arg for arg in self.argv)
+        model_path = job.workdir / ("model.onnx" if uses_model else POLYGRAPHY_ARTIFACT)
+        save_model(job.model, model_path)
+        inputs_path = job.workdir / "inputs.json"
+        if any("{inputs}" in arg for arg in self.argv):
+            from polygraphy.json import save_json
+
+            save_json([{name: np.load(path) for name, path in job.feeds.items()}], str(inputs_path))
+        argv = [arg.replace("{model}", str(model_path)).replace("{inputs}", str(inputs_path)) for arg in self.argv]
+        code, output, seconds = _run(argv, job.workdir, self.timeout)
+        if code is None:
+            return Verdict(True, Signature("timeout"), f"no answer after {self.timeout:g} s; killed", output)
+        return self.decide(code, output)
+
+    def close(self) -> None:
+        pass
+
+    def decide(self, code: int, output: str) -> Verdict:
+        """Polygraphy's rule (polygraphy/tools/debug/subtool/iterative_debug_args.py), plus ignore-regexes."""
+        if self.ignore_fail_codes and code in self.ignore_fail_codes:
+            return Verdict(False, None, f"exit code {code} is ignored", output)
+        if self.ignore_fail_regexes and any(r.search(output) for r in self.ignore_fail_regexes):
+            return Verdict(False, None, "output matches an --ignore-fail-regex", output)
+        matched = [r.pattern for r in self.fail_regexes or [] if r.search(output)]
+        if self.fail_codes is not None:
+            failed = code in self.fail_codes and (self.fail_regexes is None or bool(matched))
+        else:
+            failed = code != 0 if self.fail_regexes is None else bool(matched)
+        if not failed:
+            return Verdict(False, None, f"exit code {code}", output)
+        if code < 0:
+            return Verdict(True, Signature("crash", signal_name(-code)), f"killed by {signal_name(-code)}", output)
+        detail = f"matched /{'/, /'.join(matched)}/" if matched else f"exit code {code}"
+        return Verdict(True, Signature("command", detail), detail, output)
+
+
+def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, str, float]:
+    start = time.perf_counter()
+    log_path = cwd / "check.log"
+    with open(log_path, "wb") as log:
+        try:
+            process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
+            process.wait()
+            code = None
+    output = log_path.read_bytes()[-LOG_TAIL_CHARS:].decode(errors="replace")
+    return code, output, time.perf_counter() - start
+
+
+def _absolute_if_exists(arg: str) -> str:
+    if arg.startswith("-") or "{" in arg or os.path.isabs(arg) or not os.path.exists(arg):
+        return arg
+    if os.path.basename(arg) == POLYGRAPHY_ARTIFACT:  # the candidate, not a stale file from an old run
+        return arg
+    return os.path.abspath(arg)

@@ -1,0 +1,72 @@
+"""ONNX Runtime runner: `onnxruntime:cpu:fp32[:O0|O1|O2|O3]`, `onnxruntime:cpu:fp16[:O…]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from reducer.errors import UsageError
+
+FP16_MAX = 65504.0
+LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
+PRECISIONS = ("fp32", "fp16")
+DEVICES = ("cpu",)
+
+
+class OnnxRuntimeRunner:
+    """fp16 means the model converted by onnxconverter-common with fp32 inputs and outputs kept, as
+    deployment engineers do; the default optimization level is ORT's own default (O3)."""
+
+    def __init__(self, spec: str):
+        parts = spec.split(":")
+        device = parts[1] if len(parts) > 1 else "cpu"
+        precision = parts[2] if len(parts) > 2 else "fp32"
+        level = parts[3] if len(parts) > 3 else "O3"
+        if device not in DEVICES or precision not in PRECISIONS or level not in LEVELS or len(parts) > 4:
+            raise UsageError(
+                f"unknown runner '{spec}': expected onnxruntime:{'|'.join(DEVICES)}:"
+                f"{'|'.join(PRECISIONS)}[:{'|'.join(LEVELS)}]"
+            )
+        self.spec = f"onnxruntime:{device}:{precision}:{level}"
+        self.device, self.precision, self.level = device, precision, level
+        self.max_abs_value = FP16_MAX if precision == "fp16" else None
+
+    def describe(self) -> dict:
+        import onnxruntime
+
+        info = {"runner": self.spec, "onnxruntime": onnxruntime.__version__}
+        if self.precision == "fp16":
+            import onnxconverter_common
+
+            info["onnxconverter_common"] = onnxconverter_common.__version__
+        return info
+
+    def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None) -> dict:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
+        options.log_severity_level = 3
+        if self.precision == "fp16":
+            model = _to_fp16(onnx.load(str(model_path)))
+            source = model.SerializeToString()
+        elif external_dir is not None:
+            source = Path(model_path).read_bytes()
+            # weights stay where the original model keeps them; ORT reads them from there
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", str(external_dir)
+            )
+        else:
+            source = str(model_path)
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        values = session.run(names, dict(feeds))
+        return dict(zip(names, values, strict=True))
+
+
+def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    from onnxconverter_common import float16
+
+    return float16.convert_float_to_float16(model, keep_io_types=True)

@@ -1,0 +1,131 @@
+"""Warm, isolated worker processes: a runner is imported once and serves many checks; a crash or a hang
+kills only the worker, and becomes a verdict."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from oracles.base import LOG_TAIL_CHARS, RunResult, signal_name
+
+
+@contextmanager
+def _captured_fds(log_path: Path):
+    """Send this process's stdout/stderr (C++ libraries' included) to a file while a runner works."""
+    saved = [os.dup(1), os.dup(2)]
+    with open(log_path, "wb") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+def _read_tail(path: Path) -> str:
+    try:
+        return path.read_bytes()[-LOG_TAIL_CHARS:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _serve(conn, runner_spec: str, factory) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    if factory is None:
+        from oracles import make_runner as factory
+    runner = factory(runner_spec)
+    log_path = Path(tempfile.mkdtemp(prefix="onnx-reduce-worker-")) / "run.log"
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        kind, model_path, feed_paths, extra = task
+        start = time.perf_counter()
+        try:
+            with _captured_fds(log_path):
+                feeds = {name: np.load(path, allow_pickle=False) for name, path in feed_paths.items()}
+                outputs = runner.run(Path(model_path), feeds, extra.get("external_dir"))
+            if kind == "capture":  # write straight to the store: large models' activations stay off the pipe
+                from reducer.activations import ActivationStore
+
+                arrays = [*feeds.items(), *((n, v) for n, v in outputs.items() if n not in feeds)]
+                ActivationStore.write(Path(extra["store_dir"]), extra["key"], arrays)
+                outputs = {}
+            result = RunResult("ok", outputs)
+        except Exception as exc:  # a runner's build or run error is data, not a worker failure
+            result = RunResult("error", error=f"{type(exc).__name__}: {exc}")
+        result.log = _read_tail(log_path)
+        result.seconds = time.perf_counter() - start
+        conn.send(result)
+
+
+class Worker:
+    """One warm worker process for one runner; restarted after it dies or is killed for a hang."""
+
+    def __init__(self, runner_spec: str, factory=None):
+        """`factory(spec)` builds the runner in the worker (default: the registry); it must be importable
+        by name, since the worker is a fresh process."""
+        self.runner_spec = runner_spec
+        self.factory = factory
+        self._context = multiprocessing.get_context("spawn")  # no fork after threads or GPU libraries
+        self._process = None
+        self._conn = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self._context.Pipe()
+        self._process = self._context.Process(target=_serve, args=(child, self.runner_spec, self.factory), daemon=True)
+        self._process.start()
+        child.close()
+        self._conn = parent
+
+    def run(self, model_path: Path, feeds: dict[str, Path], timeout: float, kind: str = "run", **extra) -> RunResult:
+        if self._process is None or not self._process.is_alive():
+            if self._process is not None:
+                self.restarts += 1
+            self._start()
+        start = time.perf_counter()
+        self._conn.send((kind, str(model_path), {k: str(v) for k, v in feeds.items()}, extra))
+        try:
+            ready = self._conn.poll(timeout)
+            if ready:
+                return self._conn.recv()
+        except (EOFError, OSError):
+            pass
+        else:
+            self._kill()
+            return RunResult("timeout", error=f"no result after {timeout:g} s; the worker was killed",
+                             seconds=time.perf_counter() - start)
+        self._process.join(5)
+        code = self._process.exitcode
+        self._process = None
+        reason = f"killed by {signal_name(-code)}" if code and code < 0 else f"exit code {code}"
+        return RunResult("crash", error=f"the runner's process died: {reason}", seconds=time.perf_counter() - start)
+
+    def _kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join(5)
+        self._process = None
+
+    def close(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            try:
+                self._conn.send(None)
+                self._process.join(2)
+            except OSError:
+                pass
+        self._kill()

@@ -1,0 +1,109 @@
+"""Every tensor's value from one reference run, kept on disk and memory-mapped when read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from reducer.model import Model
+
+REFERENCE_RUNNER = "onnxruntime:cpu:fp32:O0"  # fp32, graph optimizations off: the plain semantics
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+    finite: bool  # no NaN/Inf anywhere
+    max_abs: float  # largest finite magnitude (0 for non-numeric tensors)
+
+
+class ActivationStore:
+    """Maps tensor names to .npy files written by the reference run (inputs included)."""
+
+    def __init__(self, root: Path, records: dict[str, TensorRecord], key: str):
+        self.root = root
+        self.records = records
+        self.key = key
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.records
+
+    def path(self, name: str) -> Path:
+        return self.root / self.records[name].file
+
+    def load(self, name: str) -> np.ndarray:
+        return np.load(self.path(name), mmap_mode="r", allow_pickle=False)
+
+    @classmethod
+    def open(cls, root: Path, key: str) -> ActivationStore | None:
+        """The store left by an earlier run with the same model and inputs, if any."""
+        try:
+            index = json.loads((root / "index.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if index.get("key") != key:
+            return None
+        records = {
+            name: TensorRecord(**{**rec, "shape": tuple(rec["shape"])}) for name, rec in index["tensors"].items()
+        }
+        if not all((root / rec.file).is_file() for rec in records.values()):
+            return None
+        return cls(root, records, key)
+
+    @classmethod
+    def write(cls, root: Path, key: str, arrays) -> ActivationStore:
+        """Write (name, array) pairs one at a time, so only one is held here at once."""
+        root.mkdir(parents=True, exist_ok=True)
+        records = {}
+        for number, (name, array) in enumerate(arrays):
+            array = np.asarray(array)
+            file = f"{number:06d}.npy"
+            np.save(root / file, array, allow_pickle=False)
+            records[name] = _describe(file, array)
+        index = {"key": key, "tensors": {n: {**r.__dict__, "shape": list(r.shape)} for n, r in records.items()}}
+        tmp = root / "index.json.tmp"
+        tmp.write_text(json.dumps(index))
+        os.replace(tmp, root / "index.json")
+        return cls(root, records, key)
+
+
+def _describe(file: str, array: np.ndarray) -> TensorRecord:
+    if array.dtype.kind in "fc" and array.size:
+        finite_mask = np.isfinite(array)
+        finite = bool(finite_mask.all())
+        max_abs = float(np.abs(array[finite_mask]).max()) if finite_mask.any() else 0.0
+    elif array.dtype.kind in "iub" and array.size:
+        finite, max_abs = True, float(np.abs(array.astype(np.float64)).max())
+    else:
+        finite, max_abs = True, 0.0
+    return TensorRecord(file, array.dtype.str, tuple(int(d) for d in array.shape), finite, max_abs)
+
+
+def store_key(model: Model, feeds: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256(model.fingerprint.encode())
+    for name in sorted(feeds):
+        array = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def capture_model(model: Model) -> onnx.ModelProto:
+    """The original model with every top-level tensor marked as an output, for one reference run."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    present = {o.name for o in proto.graph.output}
+    for writes in model.node_writes:
+        for name in writes:
+            if name not in present:
+                proto.graph.output.append(onnx.ValueInfoProto(name=name))
+                present.add(name)
+    return proto

@@ -1,0 +1,133 @@
+"""A Candidate is a subset of the original nodes; materializing it gives a valid, runnable model."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from reducer.activations import ActivationStore
+from reducer.model import Model
+
+# Integer tensors this small are shapes, axes and indices: a cut one is frozen to a constant instead of
+# becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
+FROZEN_INT_MAX_ELEMENTS = 1024
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The original nodes kept (indices into Model.nodes, which are topologically sorted)."""
+
+    nodes: frozenset[int]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def ordered(self) -> list[int]:
+        return sorted(self.nodes)
+
+    def without(self, removed) -> Candidate:
+        return Candidate(self.nodes - frozenset(removed))
+
+    def key(self) -> str:
+        """Canonical: the same node set always hashes the same, whichever strategy proposed it."""
+        return hashlib.sha256(",".join(map(str, self.ordered())).encode()).hexdigest()
+
+
+@dataclass
+class Materialized:
+    proto: onnx.ModelProto
+    fed: list[str]  # graph inputs and the store tensors that feed them
+    frozen: list[str]  # cut tensors turned into constants
+    outputs: list[str]
+    unrunnable: str | None = None  # why this candidate cannot be built (e.g. a value was never captured)
+    extra: dict = field(default_factory=dict)
+
+
+def materialize(model: Model, candidate: Candidate, store: ActivationStore) -> Materialized:
+    kept = candidate.ordered()
+    produced = {name for i in kept for name in model.node_writes[i]}
+    read_by_kept: list[str] = []
+    seen: set[str] = set()
+    for i in kept:
+        for name in model.node_reads[i]:
+            if name not in seen:
+                seen.add(name)
+                read_by_kept.append(name)
+
+    graph = onnx.GraphProto(name=model.proto.graph.name or "reduced")
+    graph.node.extend(model.nodes[i] for i in kept)
+    fed: list[str] = []
+    frozen: list[str] = []
+    for name in read_by_kept:
+        if name in produced:
+            continue
+        if name in model.graph_inputs:
+            graph.input.append(model.graph_inputs[name])  # the original declaration: dynamic dims stay
+            fed.append(name)
+        elif name in model.initializers:
+            graph.initializer.append(model.initializer_inline(name))
+        elif name not in store:
+            return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
+        else:
+            record = store.records[name]
+            if np.dtype(record.dtype).kind in "iub" and int(np.prod(record.shape)) <= FROZEN_INT_MAX_ELEMENTS:
+                graph.initializer.append(numpy_helper.from_array(np.array(store.load(name)), name))
+                frozen.append(name)
+            else:
+                graph.input.append(_value_info(name, record.dtype, record.shape, concrete=True))
+                fed.append(name)
+
+    consumed = set(read_by_kept)
+    outputs = [name for name in model.graph_outputs if name in produced]
+    for i in kept:
+        outputs.extend(name for name in model.node_writes[i] if name not in consumed and name not in outputs)
+    for name in outputs:
+        if name in model.value_types:
+            graph.output.append(onnx.helper.make_value_info(name, model.value_types[name]))
+        elif name in store:
+            record = store.records[name]
+            graph.output.append(_value_info(name, record.dtype, record.shape, concrete=False))
+        else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
+            return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
+    return Materialized(graph_model(model, graph), fed, frozen, outputs)
+
+
+def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:
+    original = model.proto
+    proto = onnx.helper.make_model(graph, opset_imports=list(original.opset_import))
+    proto.ir_version = original.ir_version
+    proto.producer_name = "onnx-reducer"
+    proto.functions.extend(original.functions)
+    return proto
+
+
+def _value_info(name: str, dtype: str, shape, concrete: bool) -> onnx.ValueInfoProto:
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    info = onnx.helper.make_tensor_value_info(name, elem, list(shape) if concrete else None)
+    if not concrete:  # rank known, sizes left open: a cut can change them
+        info.type.tensor_type.shape.SetInParent()
+        dims = info.type.tensor_type.shape.dim
+        for _ in shape:
+            dims.add()
+    return info
+
+
+TWO_GIB_MARGIN = 1_800_000_000
+
+
+def save_model(proto: onnx.ModelProto, path: Path) -> None:
+    """Write atomically, checked; weights go to a side file only when protobuf's 2 GiB limit forces it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if proto.ByteSize() > TWO_GIB_MARGIN:
+        onnx.save(proto, str(tmp), save_as_external_data=True, location=path.name + ".data")
+    else:
+        onnx.save(proto, str(tmp))
+    onnx.checker.check_model(str(tmp))
+    os.replace(tmp, path)

@@ -1,0 +1,229 @@
+"""The `onnx-reduce` command line. Option groups are defined once and shared by every subcommand."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from reducer import errors
+from reducer.errors import ReducerError, UsageError
+from reducer.inputs import DEFAULT_INPUT_RANGE, parse_input_range, parse_input_shapes
+from reducer.session import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions
+
+CHECK_FLAGS = ("--check", "--check-inference")
+
+
+def _compose(*decorators):
+    def apply(function):
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+model_argument = click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+
+input_options = _compose(
+    click.option("--inputs", "inputs", metavar="FILE", help="Input data: .npz keyed by input name, or a "
+                 "Polygraphy --save-inputs JSON. Default: generated from --seed in --input-range."),
+    click.option("--input-shapes", "input_shapes", multiple=True, metavar="NAME:[D,...]",
+                 help="Shapes for dynamic inputs, Polygraphy's syntax, e.g. x:[1,3,224,224]."),
+    click.option("--seed", default=0, show_default=True, help="Seed for generated inputs."),
+    click.option("--input-range", "input_range", default=",".join(map(str, DEFAULT_INPUT_RANGE)),
+                 show_default=True, metavar="LOW,HIGH", help="Range of generated input values."),
+)
+
+oracle_options = _compose(
+    click.option("--runner", default="onnxruntime:cpu:fp16", show_default=True,
+                 help="Target runner: onnxruntime:cpu:fp32|fp16[:O0|O1|O2|O3]."),
+    click.option("--fail-on", "fail_on", type=click.Choice(["nan", "tolerance", "error"]), default="nan",
+                 show_default=True, help="What counts as failing, against the fp32 reference."),
+    click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance (--fail-on tolerance)."),
+    click.option("--rtol", default=1e-5, show_default=True, help="Relative tolerance (--fail-on tolerance)."),
+    click.option("--fail-regex", "fail_regex", multiple=True,
+                 help="Only failures whose log matches count (error check and --check commands)."),
+    click.option("--ignore-fail-regex", "ignore_fail_regex", multiple=True,
+                 help="--check output matching this counts as passing."),
+    click.option("--fail-code", "fail_code", multiple=True, type=int,
+                 help="--check exit codes that count as failing (others pass)."),
+    click.option("--ignore-fail-code", "ignore_fail_code", multiple=True, type=int,
+                 help="--check exit codes that count as passing."),
+    click.option("--check-timeout", "check_timeout", default=DEFAULT_CHECK_TIMEOUT, show_default=True,
+                 help="Seconds before a check is killed; a hang is a verdict."),
+)
+
+output_option = click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path),
+                             help="Output directory (created; only this directory is written to).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+
+
+def _input_options(kwargs) -> InputOptions:
+    return InputOptions(
+        inputs=kwargs["inputs"],
+        input_shapes=parse_input_shapes(kwargs["input_shapes"]),
+        seed=kwargs["seed"],
+        input_range=parse_input_range(kwargs["input_range"]),
+    )
+
+
+def _oracle_options(kwargs, check_command: list[str]) -> OracleOptions:
+    return OracleOptions(
+        runner=kwargs["runner"],
+        fail_on=kwargs["fail_on"],
+        atol=kwargs["atol"],
+        rtol=kwargs["rtol"],
+        fail_regex=list(kwargs["fail_regex"]),
+        ignore_fail_regex=list(kwargs["ignore_fail_regex"]),
+        fail_code=list(kwargs["fail_code"]),
+        ignore_fail_code=list(kwargs["ignore_fail_code"]),
+        check_command=check_command,
+        check_timeout=kwargs["check_timeout"],
+    )
+
+
+def _output_dir(path: Path | None) -> Path:
+    if path is None:
+        raise UsageError("missing -o/--output directory")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"-o {path}: exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@click.group(help="Shrink a failing ONNX model to a minimal model that fails the same way.")
+@click.version_option(package_name="onnx-reducer")
+def cli() -> None:
+    pass
+
+
+@cli.command(help="Reduce MODEL to a 1-minimal model that still fails; `--check CMD ...` (last) uses a "
+             "command as the oracle, as `polygraphy debug reduce` does.")
+@model_argument
+@input_options
+@oracle_options
+@output_option
+@click.option("--strategy", "strategy", default=None, metavar="A,B,...",
+              help="Strategies to run, in order (default: cone,bisect,regions,ddmin,linear).")
+@click.option("--no-faithful", "no_faithful", is_flag=True,
+              help="Also check candidates whose cut inputs hold values the target cannot represent.")
+@json_option
+@click.pass_context
+def reduce(ctx, model, output, strategy, no_faithful, as_json, **kwargs) -> None:
+    from reducer.progress import make_progress
+    from reducer.session import reduce_model
+    from strategies import DEFAULT_ORDER
+
+    names = [s.strip() for s in strategy.split(",") if s.strip()] if strategy else list(DEFAULT_ORDER)
+    if not names:
+        raise UsageError("--strategy: no strategy named")
+    check_command = ctx.obj.get("check", [])
+    inputs, oracle = _input_options(kwargs), _oracle_options(kwargs, check_command)
+    out_dir = _output_dir(output)
+    progress = make_progress()
+    try:
+        report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress)
+    finally:
+        getattr(progress, "stop", lambda: None)()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(_summary(report, out_dir), err=True)
+    ctx.exit(code)
+
+
+@cli.command(help="Run the oracle once on MODEL and print the verdict and why.")
+@model_argument
+@input_options
+@oracle_options
+@output_option
+@json_option
+@click.pass_context
+def check(ctx, model, output, as_json, **kwargs) -> None:
+    from reducer.progress import make_progress
+    from reducer.session import check_model
+
+    inputs, oracle = _input_options(kwargs), _oracle_options(kwargs, ctx.obj.get("check", []))
+    progress = make_progress(quiet=as_json)
+    with tempfile.TemporaryDirectory(prefix="onnx-reduce-check-") as scratch:
+        out_dir = _output_dir(output) if output else Path(scratch)
+        try:
+            verdict, nodes = check_model(model, inputs, oracle, out_dir, progress)
+        finally:
+            getattr(progress, "stop", lambda: None)()
+    result = {"failing": verdict.failing, "nodes": nodes, **verdict.to_json()}
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        state = f"FAIL: {verdict.signature}" if verdict.failing else "PASS"
+        click.echo(f"{state} — {verdict.reason}")
+    ctx.exit(errors.EXIT_REDUCED if verdict.failing else errors.EXIT_NOT_FAILING)
+
+
+def _summary(report: dict, out_dir: Path) -> str:
+    status = report["status"]
+    figures = (f"{report['nodes_before']} -> {report['nodes_after']} nodes in {report.get('checks', 0)} checks "
+               f"({report.get('cache_hits', 0)} cache hits), {report.get('seconds', 0):.1f} s")
+    if status == "reduced":
+        return f"reduced {figures}: {out_dir / report['minimal']} fails with {_signature(report)}"
+    if status == "not-failing":
+        return f"not failing: {report.get('original', {}).get('reason', '')} (nothing to reduce)"
+    if status == "interrupted":
+        return f"interrupted after {figures}; {out_dir / 'minimal.onnx'} holds the best so far"
+    return f"{status}: {figures}; the final model did not fail again on a re-check (flaky oracle?)"
+
+
+def _signature(report: dict) -> str:
+    signature = report.get("signature") or {}
+    where = ", ".join(signature.get("outputs", [])[:3])
+    return f"{signature.get('kind', '?')}{' ' + signature['detail'] if signature.get('detail') else ''}" + (
+        f" in {where}" if where else ""
+    )
+
+
+def split_check_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`--check CMD ARGS...` (Polygraphy's way) or `-- CMD ARGS...` ends the options: the rest is the command."""
+    for index, token in enumerate(argv):
+        if token in CHECK_FLAGS or token == "--":
+            command = argv[index + 1 :]
+            if not command:
+                raise UsageError(f"{token}: no command given")
+            return argv[:index], command
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv, command = split_check_command(argv)
+        code = cli.main(args=argv, prog_name="onnx-reduce", standalone_mode=False, obj={"check": command})
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:  # usage errors: one line, exit 2
+        click.echo(f"onnx-reduce: error: {exc.format_message()}", err=True)
+        code = errors.EXIT_BAD_INPUT
+    except click.Abort:
+        click.echo("onnx-reduce: interrupted", err=True)
+        code = errors.EXIT_INTERRUPTED
+    except ReducerError as exc:
+        click.echo(f"onnx-reduce: error: {exc}", err=True)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("onnx-reduce: interrupted", err=True)
+        code = errors.EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: say so in one line; the traceback only on request
+        if os.environ.get("ONNX_REDUCE_DEBUG"):
+            raise
+        click.echo(f"onnx-reduce: internal error: {type(exc).__name__}: {exc} "
+                   "(set ONNX_REDUCE_DEBUG=1 for the traceback)", err=True)
+        code = errors.EXIT_INTERNAL
+    sys.exit(code or 0)
+
+
+if __name__ == "__main__":
+    main()

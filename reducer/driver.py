@@ -1,0 +1,229 @@
+"""The search driver: asks strategies for candidates, judges them (cache, faithfulness, oracle), keeps the
+best on disk at every improvement, and stops when no strategy makes progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from oracles.base import CheckJob, Oracle, Verdict
+from reducer.activations import ActivationStore
+from reducer.cache import VerdictCache
+from reducer.candidate import Candidate, materialize, save_model
+from reducer.model import Model
+from strategies.base import SearchContext
+
+MINIMAL = "minimal.onnx"
+
+
+@dataclass
+class StrategyStats:
+    checks: int = 0
+    cache_hits: int = 0
+    accepted: int = 0
+    nodes_removed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Counters:
+    checks: int = 0
+    cache_hits: int = 0
+    unfaithful: int = 0
+    unrunnable: int = 0
+    per_strategy: dict[str, StrategyStats] = field(default_factory=dict)
+
+
+class Progress:
+    """What the driver tells the user; the CLI supplies a rich or a plain one."""
+
+    def update(self, nodes: int, counters: Counters, strategy: str) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+def unfaithful_reason(model: Model, store: ActivationStore, fed: list[str], max_abs: float | None) -> str | None:
+    """Why feeding these captured values would reproduce a different bug, or None if they are fine.
+    A cut tensor holding a value the target precision cannot represent (8e5 into fp16), or a NaN,
+    makes any failure the input's fault, not the graph's."""
+    for name in fed:
+        if name in model.graph_inputs:
+            continue  # the user's own inputs are what the original model gets too
+        record = store.records[name]
+        if not record.finite:
+            return f"cut tensor '{name}' holds NaN/Inf in the reference"
+        if max_abs is not None and record.max_abs > max_abs:
+            return f"cut tensor '{name}' holds |x| = {record.max_abs:.4g}, beyond the target's {max_abs:g}"
+    return None
+
+
+class Reduction:
+    def __init__(
+        self,
+        model: Model,
+        store: ActivationStore,
+        oracle: Oracle,
+        out_dir: Path,
+        strategies: list,
+        faithful: bool = True,
+        progress: Progress | None = None,
+    ):
+        self.model = model
+        self.store = store
+        self.oracle = oracle
+        self.out_dir = out_dir
+        self.strategies = strategies
+        self.faithful = faithful
+        self.progress = progress or Progress()
+        self.counters = Counters()
+        self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}")
+        self.work_dir = out_dir / "work"
+        self.history_path = out_dir / "history.jsonl"
+        self.original: Verdict | None = None
+        self.best: Candidate = Candidate(frozenset(range(len(model))))
+        self.best_verdict: Verdict | None = None
+        self._strategy = "initial"
+
+    # -- judging ---------------------------------------------------------------------------------
+    def judge(self, candidate: Candidate, use_cache: bool = True) -> Verdict | None:
+        """The verdict on a candidate, or None when it is not checked at all (unfaithful, unrunnable)."""
+        if not candidate.nodes:
+            return None
+        stats = self.counters.per_strategy.setdefault(self._strategy, StrategyStats())
+        cached = self.cache.get(candidate.key()) if use_cache else None
+        if cached is not None:
+            self.counters.cache_hits += 1
+            stats.cache_hits += 1
+            return cached
+        built = materialize(self.model, candidate, self.store)
+        if built.unrunnable:
+            self.counters.unrunnable += 1
+            return None
+        if self.faithful:
+            reason = unfaithful_reason(self.model, self.store, built.fed, self.oracle.max_abs_value)
+            if reason:
+                self.counters.unfaithful += 1
+                self.progress.message(f"rejected without a check ({len(candidate)} nodes): {reason}")
+                return None
+        self.counters.checks += 1
+        stats.checks += 1
+        workdir = self.work_dir / f"check-{self.counters.checks:06d}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        job = CheckJob(
+            model=built.proto,
+            feeds={name: self.store.path(name) for name in built.fed},
+            reference={name: self.store.load(name) for name in built.outputs if name in self.store},
+            workdir=workdir,
+        )
+        try:
+            verdict = self.oracle.judge(job)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        self.cache.put(candidate.key(), verdict)
+        return verdict
+
+    def interesting(self, verdict: Verdict | None) -> bool:
+        return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))
+
+    # -- search ----------------------------------------------------------------------------------
+    def start(self) -> Verdict:
+        """Judge the whole model once; the reduction keeps this failure's signature."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.history_path.unlink(missing_ok=True)  # this run's steps only
+        self.original = self.judge(self.best) or Verdict(False, None, "the full model could not be checked")
+        self.best_verdict = self.original
+        return self.original
+
+    def search(self) -> None:
+        active = list(self.strategies)
+        while True:
+            progressed = []
+            for strategy in active:
+                before = len(self.best)
+                self._run_strategy(strategy)
+                if len(self.best) < before:
+                    progressed.append(strategy)
+            if not progressed:
+                return
+            # A strategy that found nothing is not asked again; the last one (linear sweep by default)
+            # always closes the round, so the result is checked for 1-minimality.
+            active = [s for s in self.strategies if s in progressed or s is self.strategies[-1]]
+
+    def _run_strategy(self, strategy) -> None:
+        self._strategy = strategy.name
+        stats = self.counters.per_strategy.setdefault(strategy.name, StrategyStats())
+        started = time.perf_counter()
+        context = SearchContext(self.model, self.best_verdict.signature.outputs)
+        proposals = strategy.search(self.best, context)
+        try:
+            batch = next(proposals)
+            while True:
+                winner = None
+                for index, candidate in enumerate(batch):
+                    verdict = self.judge(candidate)
+                    self.progress.update(len(self.best), self.counters, strategy.name)
+                    if self.interesting(verdict):
+                        winner = index
+                        removed = len(self.best) - len(candidate)
+                        self._accept(candidate, verdict, strategy.name)
+                        stats.accepted += 1
+                        stats.nodes_removed += removed
+                        context.failing_outputs = verdict.signature.outputs
+                        break
+                batch = proposals.send(winner)
+        except StopIteration:
+            pass
+        finally:
+            stats.seconds += time.perf_counter() - started
+
+    def _accept(self, candidate: Candidate, verdict: Verdict, strategy: str) -> None:
+        self.best, self.best_verdict = candidate, verdict
+        self.write_best()
+        step = {
+            "strategy": strategy,
+            "nodes": len(candidate),
+            "checks": self.counters.checks,
+            "cache_hits": self.counters.cache_hits,
+            "failing_outputs": list(verdict.signature.outputs),
+        }
+        with open(self.history_path, "a") as history:
+            history.write(json.dumps(step) + "\n")
+
+    def write_best(self) -> Path:
+        built = materialize(self.model, self.best, self.store)
+        path = self.out_dir / MINIMAL
+        save_model(built.proto, path)
+        return path
+
+    def write_best_inputs(self) -> Path:
+        built = materialize(self.model, self.best, self.store)
+        path = self.out_dir / "minimal_inputs.npz"
+        tmp = self.out_dir / "minimal_inputs.tmp.npz"
+        np.savez(tmp, **{name: np.asarray(self.store.load(name)) for name in built.fed})
+        os.replace(tmp, path)
+        return path
+
+    def reverify(self) -> Verdict | None:
+        """Check the final model once more, not trusting the search's verdict: a reduced model must
+        still fail. The re-check is cached under its own key, so an identical re-run checks nothing."""
+        self._strategy = "reverify"
+        key = "reverify:" + self.best.key()
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.counters.cache_hits += 1
+            return cached
+        verdict = self.judge(self.best, use_cache=False)
+        if verdict is not None:
+            self.cache.put(key, verdict)
+        return verdict
+
+    def close(self) -> None:
+        self.cache.close()
+        self.oracle.close()
+        shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -1,0 +1,133 @@
+"""The data fed to the model's inputs: loaded from a file, or generated from a seed, and validated."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from reducer.errors import BadInputsError, UsageError
+from reducer.model import Model
+
+DEFAULT_INPUT_RANGE = (0.0, 1.0)  # Polygraphy's default for generated data
+DEFAULT_DYNAMIC_DIM = 1
+
+
+def parse_input_shapes(specs: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
+    """`name:[1,3,224,224]` (Polygraphy's syntax), several per option or the option repeated."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        for item in re.findall(r"[^\s:]+:\[[^\]]*\]|\S+", spec):
+            match = re.fullmatch(r"(.+):\[([0-9,\s]*)\]", item)
+            if not match:
+                raise UsageError(f"--input-shapes: cannot read '{item}'; expected name:[d0,d1,...]")
+            dims = [d for d in match.group(2).replace(" ", "").split(",") if d]
+            shapes[match.group(1)] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def parse_input_range(text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"--input-range: expected 'low,high', got '{text}'") from None
+    if not low <= high:
+        raise UsageError(f"--input-range: low ({low}) is above high ({high})")
+    return low, high
+
+
+def load_inputs_file(path: str | Path) -> dict[str, np.ndarray]:
+    """A .npz keyed by input name, or a Polygraphy `--save-inputs` JSON (its first iteration)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInputsError(f"--inputs: {path}: no such file")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                return {name: np.asarray(data[name]) for name in data.files}
+        if path.suffix == ".json":
+            from polygraphy.json import load_json
+
+            loaded = load_json(str(path))
+            feeds = loaded[0] if isinstance(loaded, list) else loaded
+            return {name: np.asarray(value) for name, value in dict(feeds).items()}
+    except Exception as exc:
+        raise BadInputsError(f"--inputs: {path}: cannot read it ({str(exc).splitlines()[0][:200]})") from None
+    raise BadInputsError(f"--inputs: {path}: expected a .npz or a Polygraphy .json file")
+
+
+def declared_shape(info: onnx.ValueInfoProto) -> list[int | str | None]:
+    dims = []
+    for dim in info.type.tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(dim.dim_value)
+        else:
+            dims.append(dim.dim_param or None)
+    return dims
+
+
+def declared_dtype(info: onnx.ValueInfoProto) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+
+
+def prepare_inputs(
+    model: Model,
+    given: dict[str, np.ndarray] | None,
+    shapes: dict[str, tuple[int, ...]],
+    seed: int,
+    input_range: tuple[float, float],
+) -> dict[str, np.ndarray]:
+    """Feeds for every graph input: the given ones checked against the model, the rest generated."""
+    given = dict(given or {})
+    for name in [*given, *shapes]:
+        if name not in model.graph_inputs:
+            known = ", ".join(model.graph_inputs) or "none"
+            raise BadInputsError(f"input '{name}' is not an input of the model (its inputs: {known})")
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, info in model.graph_inputs.items():
+        if not info.type.HasField("tensor_type"):
+            raise BadInputsError(f"input '{name}' is not a tensor; only tensor inputs are supported")
+        dtype = declared_dtype(info)
+        declared = declared_shape(info)
+        if name in given:
+            feeds[name] = _checked(name, given[name], dtype, declared)
+            continue
+        shape = shapes.get(name)
+        if shape is None:
+            shape = tuple(d if isinstance(d, int) else DEFAULT_DYNAMIC_DIM for d in declared)
+        _check_shape(name, shape, declared, "--input-shapes")
+        feeds[name] = _generate(rng, shape, dtype, input_range)
+    return feeds
+
+
+def _checked(name: str, value: np.ndarray, dtype: np.dtype, declared: list) -> np.ndarray:
+    if value.dtype != dtype:
+        raise BadInputsError(f"input '{name}': the model wants {dtype}, the file holds {value.dtype}")
+    _check_shape(name, value.shape, declared, "the inputs file")
+    return np.ascontiguousarray(value)
+
+
+def _check_shape(name: str, shape: tuple[int, ...], declared: list, source: str) -> None:
+    if declared and len(shape) != len(declared):
+        raise BadInputsError(
+            f"input '{name}': {source} gives shape {list(shape)}, the model declares {declared}"
+        )
+    for got, want in zip(shape, declared, strict=False):
+        if isinstance(want, int) and want > 0 and got != want:
+            raise BadInputsError(
+                f"input '{name}': {source} gives shape {list(shape)}, the model declares {declared}"
+            )
+
+
+def _generate(rng: np.random.Generator, shape, dtype: np.dtype, input_range) -> np.ndarray:
+    low, high = input_range
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(int(np.ceil(low)), int(np.floor(high)) + 1, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return rng.uniform(low, high, size=shape).astype(dtype)
+    raise BadInputsError(f"cannot generate data of type {dtype}; give it with --inputs")

@@ -1,0 +1,223 @@
+"""One reduction or one check, from a model path and options to files in the output directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from oracles.base import Oracle, Verdict
+from reducer import errors
+from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
+from reducer.driver import MINIMAL, Progress, Reduction
+from reducer.errors import BadModelError, UsageError
+from reducer.inputs import load_inputs_file, prepare_inputs
+from reducer.model import Model, load_model
+
+DEFAULT_CHECK_TIMEOUT = 300.0
+
+
+@dataclass
+class OracleOptions:
+    runner: str = "onnxruntime:cpu:fp16"
+    fail_on: str = "nan"
+    atol: float = 1e-5  # Polygraphy's defaults
+    rtol: float = 1e-5
+    fail_regex: list[str] = field(default_factory=list)
+    ignore_fail_regex: list[str] = field(default_factory=list)
+    fail_code: list[int] = field(default_factory=list)
+    ignore_fail_code: list[int] = field(default_factory=list)
+    check_command: list[str] = field(default_factory=list)
+    check_timeout: float = DEFAULT_CHECK_TIMEOUT
+
+
+@dataclass
+class InputOptions:
+    inputs: str | None = None
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    seed: int = 0
+    input_range: tuple[float, float] = (0.0, 1.0)
+
+
+def _regexes(patterns: list[str], flag: str) -> list[re.Pattern]:
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise UsageError(f"{flag}: bad regular expression '{pattern}': {exc}") from None
+    return compiled
+
+
+def build_oracle(options: OracleOptions) -> Oracle:
+    fail_regexes = _regexes(options.fail_regex, "--fail-regex")
+    ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
+    if options.check_timeout <= 0:
+        raise UsageError("--check-timeout must be positive")
+    if options.check_command:
+        from oracles.command import CommandOracle
+
+        return CommandOracle(
+            options.check_command,
+            options.check_timeout,
+            options.fail_code,
+            options.ignore_fail_code,
+            fail_regexes,
+            ignore_regexes,
+        )
+    if options.fail_code or options.ignore_fail_code or options.ignore_fail_regex:
+        raise UsageError("--fail-code, --ignore-fail-code and --ignore-fail-regex apply to --check commands only")
+    from oracles.builtin import BuiltinOracle
+    from oracles.checks import ErrorCheck, NanCheck, ToleranceCheck
+
+    if options.fail_on == "nan":
+        check, params = NanCheck(), {}
+    elif options.fail_on == "tolerance":
+        check, params = ToleranceCheck(options.atol, options.rtol), {"atol": options.atol, "rtol": options.rtol}
+    elif options.fail_on == "error":
+        check, params = ErrorCheck(fail_regexes), {"fail_regex": options.fail_regex}
+    else:
+        raise UsageError(f"unknown --fail-on '{options.fail_on}' (known: nan, tolerance, error)")
+    return BuiltinOracle(options.runner, check, options.check_timeout, params)
+
+
+def prepare(
+    model_path: str, input_options: InputOptions, out_dir: Path, progress: Progress
+) -> tuple[Model, ActivationStore]:
+    """Load and validate the model and inputs, then capture every tensor in one reference run."""
+    model = load_model(model_path)
+    given = load_inputs_file(input_options.inputs) if input_options.inputs else None
+    feeds = prepare_inputs(model, given, input_options.input_shapes, input_options.seed, input_options.input_range)
+    key = store_key(model, feeds)
+    store_dir = out_dir / "activations"
+    store = ActivationStore.open(store_dir, key)
+    if store is not None:
+        progress.message(f"reusing the reference activations in {store_dir}")
+        return model, store
+    progress.message(f"reference run ({REFERENCE_RUNNER}), capturing every tensor of {len(model)} nodes")
+    from oracles.worker import Worker
+
+    scratch = out_dir / "work" / "reference"
+    scratch.mkdir(parents=True, exist_ok=True)
+    feed_paths = {}
+    for number, (name, value) in enumerate(feeds.items()):
+        feed_paths[name] = scratch / f"input{number}.npy"
+        np.save(feed_paths[name], value, allow_pickle=False)
+    capture_path = scratch / "capture.onnx"
+    onnx.save(capture_model(model), str(capture_path))  # may keep external references: resolved below
+    has_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.initializers.values())
+    worker = Worker(REFERENCE_RUNNER)
+    try:
+        result = worker.run(
+            capture_path, feed_paths, DEFAULT_CHECK_TIMEOUT * 4, kind="capture",
+            store_dir=str(store_dir), key=key, external_dir=str(model.base_dir) if has_external else None,
+        )
+    finally:
+        worker.close()
+    if result.status != "ok":
+        raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}")
+    store = ActivationStore.open(store_dir, key)
+    return model, store
+
+
+def check_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
+                progress: Progress) -> tuple[Verdict, int]:
+    """Run the oracle once on the whole model: `onnx-reduce check`."""
+    model, store = prepare(model_path, input_options, out_dir, progress)
+    oracle = build_oracle(oracle_options)
+    reduction = Reduction(model, store, oracle, out_dir, [], progress=progress)
+    try:
+        verdict = reduction.start()
+    finally:
+        reduction.close()
+    return verdict, len(model)
+
+
+def write_report(out_dir: Path, report: dict) -> None:
+    tmp = out_dir / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, out_dir / "report.json")
+
+
+def reduce_model(
+    model_path: str,
+    input_options: InputOptions,
+    oracle_options: OracleOptions,
+    out_dir: Path,
+    strategy_names: list[str],
+    faithful: bool,
+    progress: Progress,
+) -> tuple[dict, int]:
+    """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far."""
+    from strategies import make_strategies
+
+    started = time.perf_counter()
+    strategies = make_strategies(strategy_names)
+    oracle = build_oracle(oracle_options)
+    model, store = prepare(model_path, input_options, out_dir, progress)
+    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress)
+    report = {
+        "status": "interrupted",
+        "model": str(model_path),
+        "oracle": oracle.description,
+        "nodes_before": len(model),
+        "nodes_after": len(model),
+    }
+    code = errors.EXIT_INTERRUPTED
+    try:
+        original = reduction.start()
+        report["original"] = {"failing": original.failing, "reason": original.reason}
+        if not original.failing or not _is_the_failure_asked_for(original, oracle_options):
+            report["status"] = "not-failing"
+            code = errors.EXIT_NOT_FAILING
+            return report, code
+        reduction.write_best()
+        reduction.search()
+        final = reduction.reverify()
+        report["final"] = final.to_json() if final else None
+        if reduction.interesting(final):
+            report["status"], code = "reduced", errors.EXIT_REDUCED
+        else:
+            report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
+    except KeyboardInterrupt:
+        progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({len(reduction.best)} nodes)")
+    finally:
+        report.update(_figures(reduction, started))
+        if report["status"] != "not-failing" and (out_dir / MINIMAL).exists():
+            report["minimal"] = MINIMAL
+            report["minimal_inputs"] = reduction.write_best_inputs().name
+        write_report(out_dir, report)
+        reduction.close()
+    return report, code
+
+
+def _is_the_failure_asked_for(verdict: Verdict, options: OracleOptions) -> bool:
+    """With --fail-on nan, a model that crashes the runner is not the NaN bug the user asked about."""
+    if options.check_command:
+        return verdict.signature.kind in ("command", "crash")
+    kind = verdict.signature.kind
+    return kind == options.fail_on or (options.fail_on == "error" and kind == "crash")
+
+
+def _figures(reduction: Reduction, started: float) -> dict:
+    counters = reduction.counters
+    signature = reduction.best_verdict.signature if reduction.best_verdict else None
+    return {
+        "nodes_after": len(reduction.best),
+        "checks": counters.checks,
+        "cache_hits": counters.cache_hits,
+        "rejected_unfaithful": counters.unfaithful,
+        "seconds": round(time.perf_counter() - started, 3),
+        "signature": signature.to_json() if signature else None,
+        "strategies": {name: vars(stats) for name, stats in counters.per_strategy.items()},
+    }
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]

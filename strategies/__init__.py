@@ -1,0 +1,37 @@
+"""Reduction strategies, registered by name; third parties add theirs through the
+`onnx_reducer.strategies` entry point group. The driver knows none of them by name."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import entry_points
+
+from reducer.errors import UsageError
+
+BUILTIN_STRATEGIES = {
+    "cone": "strategies.cone:ConeOfInfluence",
+    "bisect": "strategies.bisect:BoundaryBisection",
+    "regions": "strategies.regions:DominatorRegions",
+    "ddmin": "strategies.ddmin:DeltaDebugging",
+    "linear": "strategies.linear:LinearSweep",
+}
+DEFAULT_ORDER = ("cone", "bisect", "regions", "ddmin", "linear")
+
+
+def available() -> dict[str, str]:
+    found = dict(BUILTIN_STRATEGIES)
+    for entry in entry_points(group="onnx_reducer.strategies"):
+        found.setdefault(entry.name, entry.value)
+    return found
+
+
+def make_strategies(names: list[str]) -> list:
+    known = available()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"unknown strategy '{unknown[0]}' (known: {', '.join(known)})")
+    made = []
+    for name in names:
+        module, _, attr = known[name].partition(":")
+        made.append(getattr(import_module(module), attr)())
+    return made
