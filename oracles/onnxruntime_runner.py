@@ -1,4 +1,4 @@
-"""ONNX Runtime runner: `onnxruntime:cpu:fp32[:O0|O1|O2|O3]`, `onnxruntime:cpu:fp16[:O…]`."""
+"""ONNX Runtime runner: `onnxruntime:cpu:fp32|fp16|fp16-storage[:O0|O1|O2|O3]`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ from reducer.errors import UsageError
 
 FP16_MAX = 65504.0
 LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "fp16-storage")
 DEVICES = ("cpu",)
 
 
 class OnnxRuntimeRunner:
-    """fp16 means the model converted by onnxconverter-common with fp32 inputs and outputs kept, as
-    deployment engineers do; the default optimization level is ORT's own default (O3)."""
+    """fp16: the model converted by onnxconverter-common with fp32 inputs and outputs kept, as
+    deployment engineers do. On the CPU, ONNX Runtime computes most fp16 ops in fp32 (it inserts casts
+    around ops without fp16 kernels), so this finds fp16 weight and conversion bugs, not overflow.
+    fp16-storage: every float tensor rounded to fp16 where it is produced, compute in fp32 — how a GPU
+    engine's fp16 activations overflow (|x| > 65504 becomes Inf), emulated on the CPU.
+    The default optimization level is ORT's own default (O3)."""
 
     def __init__(self, spec: str):
         parts = spec.split(":")
@@ -31,7 +35,7 @@ class OnnxRuntimeRunner:
             )
         self.spec = f"onnxruntime:{device}:{precision}:{level}"
         self.device, self.precision, self.level = device, precision, level
-        self.max_abs_value = FP16_MAX if precision == "fp16" else None
+        self.max_abs_value = FP16_MAX if precision.startswith("fp16") else None
 
     def describe(self) -> dict:
         import onnxruntime
@@ -50,8 +54,9 @@ class OnnxRuntimeRunner:
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
         options.log_severity_level = 3
         if self.precision == "fp16":
-            model = _to_fp16(onnx.load(str(model_path)))
-            source = model.SerializeToString()
+            source = _to_fp16(onnx.load(str(model_path))).SerializeToString()
+        elif self.precision == "fp16-storage":
+            source = fp16_storage(onnx.load(str(model_path))).SerializeToString()
         elif external_dir is not None:
             source = Path(model_path).read_bytes()
             # weights stay where the original model keeps them; ORT reads them from there
@@ -70,3 +75,43 @@ def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnxconverter_common import float16
 
     return float16.convert_float_to_float16(model, keep_io_types=True)
+
+
+def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Round every top-level float32 tensor (graph inputs and node outputs) through fp16."""
+    typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    float32 = {
+        info.name
+        for info in [*typed.graph.value_info, *typed.graph.input, *typed.graph.output]
+        if info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    }
+    graph = model.graph
+    nodes = []
+
+    def casts(source: str, target: str) -> list[onnx.NodeProto]:
+        half = f"{target}__fp16"
+        return [
+            onnx.helper.make_node("Cast", [source], [half], name=f"{half}_cast", to=onnx.TensorProto.FLOAT16),
+            onnx.helper.make_node("Cast", [half], [target], name=f"{target}_cast", to=onnx.TensorProto.FLOAT),
+        ]
+
+    # graph inputs keep their names (callers feed them); their readers read a rounded copy
+    rounded_inputs = {i.name: f"{i.name}__rounded" for i in graph.input if i.name in float32}
+    for name, copy in rounded_inputs.items():
+        nodes.extend(casts(name, copy))
+    for original in graph.node:
+        node = onnx.NodeProto()
+        node.CopyFrom(original)
+        for position, name in enumerate(node.input):
+            if name in rounded_inputs:
+                node.input[position] = rounded_inputs[name]
+        after = []
+        for position, name in enumerate(node.output):
+            if name in float32:  # the producer writes a raw copy; the tensor itself is the rounded value
+                node.output[position] = f"{name}__fp32"
+                after.extend(casts(f"{name}__fp32", name))
+        nodes.append(node)
+        nodes.extend(after)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model

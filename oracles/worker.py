@@ -94,7 +94,7 @@ class Worker:
 
     def run(self, model_path: Path, feeds: dict[str, Path], timeout: float, kind: str = "run", **extra) -> RunResult:
         if self._process is None or not self._process.is_alive():
-            if self._process is not None:
+            if self._conn is not None:  # started before: crashed, killed for a hang, or died idle
                 self.restarts += 1
             self._start()
         start = time.perf_counter()

@@ -30,8 +30,9 @@ def sese_regions(graph: nx.DiGraph, focus: int) -> list[frozenset[int]]:
     regions = set()
     for entry in entries:
         below = nx.descendants(graph, entry) | {entry}
+        post_dominators = set(_chain(ipdom, entry))
         for exit_ in exits:
-            if exit_ not in below or entry not in _chain(idom, exit_):
+            if exit_ not in below or exit_ not in post_dominators or entry not in _chain(idom, exit_):
                 continue
             region = below & (nx.ancestors(graph, exit_) | {exit_})
             regions.add(frozenset(region))

@@ -1,0 +1,187 @@
+"""Side by side, in one run, on every failing corpus model:
+
+  A. `polygraphy debug reduce --mode=bisect --check CMD`      (the anchor)
+  B. `onnx-reduce reduce --check CMD`                         (the same check command)
+  C. `onnx-reduce reduce --runner R --fail-on F`              (the built-in oracle)
+  D. `onnx-reduce reduce --strategy ddmin` (built-in oracle)  (plain ddmin: the size to match)
+
+CMD is scripts/check_candidate.py, run on `polygraphy_debug.onnx` with every captured tensor in a
+Polygraphy `--load-inputs` JSON (the flow of Polygraphy's own debug-reduce example). Every run starts
+from an empty output directory (no cache). Writes BENCHMARKS.md with medians of --repeat runs.
+
+    python scripts/bench_vs_polygraphy.py --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
+
+
+def timed(argv: list[str], cwd: Path) -> tuple[float, str, int]:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    return time.perf_counter() - start, done.stdout + done.stderr, done.returncode
+
+
+def layerwise_inputs(entry: dict, work: Path) -> Path:
+    """Every tensor of the reference run, as Polygraphy's `data to-input` would write it."""
+    from polygraphy.json import save_json
+
+    from reducer.driver import Progress
+    from reducer.session import InputOptions, prepare
+
+    options = InputOptions(inputs=str(ROOT / entry["inputs"]))
+    _, store = prepare(str(ROOT / entry["model"]), options, work / "ref", Progress())
+    path = work / "layerwise_inputs.json"
+    save_json([{name: np.asarray(store.load(name)) for name in store.records}], str(path))
+    return path
+
+
+def check_command(entry: dict, inputs_json: Path) -> list[str]:
+    command = [sys.executable, str(CHECK_SCRIPT), "polygraphy_debug.onnx", str(inputs_json),
+               "--runner", entry["runner"], "--fail-on", entry["fail_on"]]
+    if entry["fail_on"] == "tolerance":
+        command += ["--atol", str(entry["atol"]), "--rtol", str(entry["rtol"])]
+    return command
+
+
+def builtin_flags(entry: dict) -> list[str]:
+    flags = ["--inputs", str(ROOT / entry["inputs"]), "--runner", entry["runner"], "--fail-on", entry["fail_on"]]
+    if entry["fail_on"] == "tolerance":
+        flags += ["--atol", str(entry["atol"]), "--rtol", str(entry["rtol"])]
+    return flags
+
+
+def run_polygraphy(entry: dict, command: list[str], work: Path) -> dict:
+    cwd = Path(tempfile.mkdtemp(dir=work))
+    argv = ["polygraphy", "debug", "reduce", str(ROOT / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
+            "--check", *command]
+    seconds, output, code = timed(argv, cwd)
+    if code != 0 or not (cwd / "reduced.onnx").exists():
+        raise SystemExit(f"polygraphy failed on {entry['name']}:\n{output[-3000:]}")
+    nodes = len(onnx.load(str(cwd / "reduced.onnx"), load_external_data=False).graph.node)
+    checks = len(re.findall(r"Running check command", output))
+    return {"seconds": seconds, "nodes": nodes, "checks": checks}
+
+
+def run_reducer(entry: dict, flags: list[str], work: Path) -> dict:
+    out = Path(tempfile.mkdtemp(dir=work)) / "out"
+    argv = [sys.executable, "-m", "reducer.cli", "reduce", str(ROOT / entry["model"]), "-o", str(out), *flags]
+    seconds, output, code = timed(argv, work)
+    if code != 0:
+        raise SystemExit(f"onnx-reduce failed on {entry['name']} ({code}):\n{output[-3000:]}")
+    report = json.loads((out / "report.json").read_text())
+    return {"seconds": seconds, "nodes": report["nodes_after"], "checks": report["checks"],
+            "bytes": (out / "minimal.onnx").stat().st_size}
+
+
+def median_of(runs: list[dict]) -> dict:
+    first = dict(runs[0])
+    first["seconds"] = statistics.median(r["seconds"] for r in runs)
+    first["nodes_all"] = sorted({r["nodes"] for r in runs})
+    first["checks_all"] = sorted({r["checks"] for r in runs})
+    return first
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", help="run only the corpus entry with this name")
+    parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args()
+    manifest = json.loads((ROOT / "corpus" / "manifest.json").read_text())
+    entries = [e for e in manifest if e["expect"] == "fail" and (not args.only or e["name"] == args.only)]
+    rows = []
+    for entry in entries:
+        work = Path(tempfile.mkdtemp(prefix="bench-"))
+        try:
+            inputs_json = layerwise_inputs(entry, work)
+            command = check_command(entry, inputs_json)
+            results = {"polygraphy": [], "command": [], "builtin": []}
+            for _ in range(args.repeat):  # interleaved, so drift in machine load hits every tool alike
+                results["polygraphy"].append(run_polygraphy(entry, command, work))
+                results["command"].append(run_reducer(entry, ["--check", *command], work))
+                results["builtin"].append(run_reducer(entry, builtin_flags(entry), work))
+            ddmin = run_reducer(entry, [*builtin_flags(entry), "--strategy", "ddmin"], work)
+            row = {"name": entry["name"], "nodes_before": entry["node_count"], "ddmin": ddmin,
+                   **{tool: median_of(runs) for tool, runs in results.items()}}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    Path(args.output).write_text(render(rows, args.repeat))
+    return 0
+
+
+def render(rows: list[dict], repeat: int) -> str:
+    import onnxruntime
+    import polygraphy
+
+    lines = [
+        "# Benchmarks: onnx-reduce against `polygraphy debug reduce --mode=bisect`",
+        "",
+        "Written by `python scripts/bench_vs_polygraphy.py --repeat "
+        f"{repeat}` (medians of {repeat} interleaved runs, each from an empty output directory: no cache).",
+        f"Machine: {platform.machine()}, {_cpus()} CPU cores, no GPU; Python {platform.python_version()}, "
+        f"Polygraphy {polygraphy.__version__}, ONNX Runtime {onnxruntime.__version__}.",
+        "",
+        "- **polygraphy**: `polygraphy debug reduce MODEL --mode=bisect --check CMD`",
+        "- **ours, same command**: `onnx-reduce reduce MODEL --check CMD` (the same CMD, check for check)",
+        "- **ours, built-in**: `onnx-reduce reduce MODEL --runner R --fail-on F` (warm worker, reference "
+        "captured once)",
+        "- **plain ddmin**: `onnx-reduce reduce MODEL --strategy ddmin` with the built-in oracle",
+        "",
+        "CMD = `python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json --runner R "
+        "--fail-on F`: a reference and a target run of the candidate, inputs from every captured tensor.",
+        "",
+        "| model | nodes | polygraphy: nodes / checks / s | ours, same command: nodes / checks / s "
+        "| ours, built-in: nodes / checks / s | plain ddmin: nodes / checks | minimal.onnx bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        pg, cmd, bi, dd = r["polygraphy"], r["command"], r["builtin"], r["ddmin"]
+        lines.append(
+            f"| {r['name']} | {r['nodes_before']} | {pg['nodes']} / {pg['checks']} / {pg['seconds']:.1f} "
+            f"| {cmd['nodes']} / {cmd['checks']} / {cmd['seconds']:.1f} "
+            f"| {bi['nodes']} / {bi['checks']} / {bi['seconds']:.1f} | {dd['nodes']} / {dd['checks']} "
+            f"| {bi['bytes']} |"
+        )
+    lines += ["", "Ratios and targets (from the issue):", "",
+              "| model | size: ours <= plain ddmin | checks: ours / polygraphy (target <= 2.5) "
+              "| wall, same command: ours / polygraphy (target <= 1) "
+              "| wall: polygraphy / ours built-in (target >= 5) |",
+              "|---|---|---:|---:|---:|"]
+    for r in rows:
+        pg, cmd, bi, dd = r["polygraphy"], r["command"], r["builtin"], r["ddmin"]
+        size_ok = "yes" if bi["nodes"] <= dd["nodes"] and cmd["nodes"] <= dd["nodes"] else "NO"
+        lines.append(
+            f"| {r['name']} | {size_ok} ({bi['nodes']} vs {dd['nodes']}) | {cmd['checks'] / pg['checks']:.2f} "
+            f"| {cmd['seconds'] / pg['seconds']:.2f} | {pg['seconds'] / bi['seconds']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

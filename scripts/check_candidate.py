@@ -1,0 +1,55 @@
+"""A self-contained check command, usable by `polygraphy debug reduce --check` and `onnx-reduce --check`
+alike: run MODEL on the fp32 reference and on the target runner with inputs from a Polygraphy JSON
+(or .npz; names the model does not take are ignored, as Polygraphy does), and exit 1 when it fails.
+
+    python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json \
+        --runner onnxruntime:cpu:fp16-storage --fail-on nan
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import onnx
+
+from oracles import make_runner
+from oracles.base import RunResult
+from oracles.checks import NanCheck, ToleranceCheck
+from reducer.activations import REFERENCE_RUNNER
+from reducer.inputs import load_inputs_file
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("inputs")
+    parser.add_argument("--runner", default="onnxruntime:cpu:fp16-storage")
+    parser.add_argument("--fail-on", choices=["nan", "tolerance"], default="nan")
+    parser.add_argument("--atol", type=float, default=1e-5)
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    args = parser.parse_args()
+
+    model = onnx.load(args.model, load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    wanted = [i.name for i in model.graph.input if i.name not in initializers]
+    data = load_inputs_file(args.inputs)
+    missing = [name for name in wanted if name not in data]
+    if missing:
+        print(f"no data for inputs {missing}", file=sys.stderr)
+        return 2
+    feeds = {name: np.asarray(data[name]) for name in wanted}
+    reference = make_runner(REFERENCE_RUNNER).run(args.model, feeds, None)
+    try:
+        result = RunResult("ok", make_runner(args.runner).run(args.model, feeds, None))
+    except Exception as exc:
+        result = RunResult("error", error=str(exc))
+    check = NanCheck() if args.fail_on == "nan" else ToleranceCheck(args.atol, args.rtol)
+    verdict = check.judge(result, reference)
+    print(("FAIL: " if verdict.failing else "PASS: ") + verdict.reason)
+    return 1 if verdict.failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Strategies are pure: given a current candidate and verdicts, they propose. Tested here against
+predicates whose minimal answers are known, on the real graph structure of small models."""
+
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from reducer.candidate import Candidate
+from reducer.model import load_model
+from strategies import available, make_strategies
+from strategies.base import SearchContext
+from strategies.regions import sese_regions
+
+
+def drive(strategy, current: Candidate, fails, context) -> tuple[Candidate, int]:
+    """What the driver does, without oracles: returns the final candidate and the predicate calls."""
+    calls = 0
+    proposals = strategy.search(current, context)
+    try:
+        batch = next(proposals)
+        while True:
+            winner = None
+            for index, candidate in enumerate(batch):
+                calls += 1
+                if fails(candidate):
+                    winner, current = index, candidate
+                    break
+            batch = proposals.send(winner)
+    except StopIteration:
+        return current, calls
+
+
+def diamond_chain_model(tmp_path, blocks: int = 4):
+    """x -> [a -> (b, c) -> d] * blocks -> y: series of diamonds (each one a SESE region)."""
+    nodes, previous = [], "x"
+    for k in range(blocks):
+        nodes += [
+            helper.make_node("Relu", [previous], [f"a{k}"], name=f"a{k}"),
+            helper.make_node("Neg", [f"a{k}"], [f"b{k}"], name=f"b{k}"),
+            helper.make_node("Abs", [f"a{k}"], [f"c{k}"], name=f"c{k}"),
+            helper.make_node("Add", [f"b{k}", f"c{k}"], [f"d{k}"], name=f"d{k}"),
+        ]
+        previous = f"d{k}"
+    graph = helper.make_graph(
+        nodes, "diamonds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [2])],
+    )
+    path = tmp_path / "diamonds.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return load_model(path)
+
+
+def test_registry_knows_builtins_and_rejects_unknown():
+    assert {"cone", "bisect", "regions", "ddmin", "linear"} <= set(available())
+    with pytest.raises(Exception, match="unknown strategy 'nope'"):
+        make_strategies(["nope"])
+
+
+@pytest.mark.parametrize("needed", [{3}, {0, 15}, {5, 6, 7}, {2, 9, 13}])
+def test_ddmin_and_linear_reach_the_known_minimum(tmp_path, needed):
+    model = diamond_chain_model(tmp_path)
+    context = SearchContext(model, ())
+    start = Candidate(frozenset(range(len(model))))
+    for name in ("ddmin", "linear"):
+        (strategy,) = make_strategies([name])
+        final, calls = drive(strategy, start, lambda c: needed <= c.nodes, context)
+        assert final.nodes == frozenset(needed), name
+        # 1-minimal: removing any single node makes it pass
+        assert all(not needed <= final.without([n]).nodes for n in final.nodes)
+
+
+def test_ddmin_spends_fewer_checks_than_linear_on_a_single_culprit(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=16)
+    context = SearchContext(model, ())
+    start = Candidate(frozenset(range(len(model))))
+    (ddmin,) = make_strategies(["ddmin"])
+    (linear,) = make_strategies(["linear"])
+    _, ddmin_calls = drive(ddmin, start, lambda c: 40 in c.nodes, context)
+    _, linear_calls = drive(linear, start, lambda c: 40 in c.nodes, context)
+    assert ddmin_calls < linear_calls
+
+
+def test_bisect_cuts_both_ends_in_logarithmic_checks(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=16)  # 64 nodes
+    context = SearchContext(model, ())
+    (bisect,) = make_strategies(["bisect"])
+    start = Candidate(frozenset(range(64)))
+    final, calls = drive(bisect, start, lambda c: {20, 30} <= c.nodes, context)
+    assert final.nodes == frozenset(range(20, 31))
+    assert calls <= 2 * 7
+
+
+def test_cone_keeps_only_ancestors_of_the_failing_output(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=3)
+    failing_node = model.producer["b1"]
+    context = SearchContext(model, ("b1",))
+    (cone,) = make_strategies(["cone"])
+    start = Candidate(frozenset(range(len(model))))
+    final, calls = drive(cone, start, lambda c: failing_node in c.nodes, context)
+    assert calls == 1
+    expected = nx.ancestors(model.dag, failing_node) | {failing_node}
+    assert final.nodes == frozenset(expected)
+
+
+def test_sese_regions_are_the_diamonds(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=3)
+    focus = model.producer["b1"]
+    regions = sese_regions(model.dag, focus)
+    block = frozenset(model.producer[n] for n in ("a1", "b1", "c1", "d1"))
+    assert block in regions
+    for region in regions:  # every region is single-entry single-exit in the graph
+        inside = model.dag.subgraph(region)
+        entries = [n for n in region if any(p not in region for p in model.dag.predecessors(n))
+                   or model.dag.in_degree(n) == 0]
+        exits = [n for n in region if any(s not in region for s in model.dag.successors(n))
+                 or model.dag.out_degree(n) == 0]
+        assert len(entries) == 1 and len(exits) == 1, region
+        assert nx.is_weakly_connected(inside)
+
+
+def test_regions_binary_search_finds_the_smallest_failing_region(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=4)
+    b1, c1 = model.producer["b1"], model.producer["c1"]
+    context = SearchContext(model, (model.nodes[model.producer["d3"]].output[0],))
+    # The failure needs b1 and c1 together: the smallest region holding both is diamond 1.
+    context.failing_outputs = ("d1",)
+    (regions,) = make_strategies(["regions"])
+    start = Candidate(frozenset(range(len(model))))
+    final, calls = drive(regions, start, lambda c: {b1, c1} <= c.nodes, context)
+    assert final.nodes == frozenset(model.producer[n] for n in ("a1", "b1", "c1", "d1"))
+    assert calls <= 5
+
+
+def test_every_strategy_proposes_only_strict_subsets(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=3)
+    context = SearchContext(model, ("d2",))
+    start = Candidate(frozenset(range(len(model))))
+    for strategy in make_strategies(list(available())):
+        proposals = strategy.search(start, context)
+        for batch in itertools.islice(proposals, 3):
+            assert all(c.nodes < start.nodes for c in batch), strategy.name
+            break

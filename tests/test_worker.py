@@ -1,0 +1,136 @@
+"""oracles.worker.Worker with stand-in runners (tests/standins.py) in real spawned processes: results,
+errors with their logs, crashes and hangs become verdict data, and the worker comes back for the next task."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import standins
+
+from oracles.worker import Worker
+
+HANG_TIMEOUT = 2.0
+TASK_TIMEOUT = 60.0  # generous: a spawned worker imports numpy before it answers
+
+
+@pytest.fixture
+def feeds(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(6, dtype=np.float32).reshape(2, 3))
+    return {"x": path}
+
+
+@pytest.fixture
+def task(tmp_path):
+    """A model file for the stand-in: its text picks what the runner does with it."""
+
+    def write(mode: str):
+        path = tmp_path / f"{mode}.model"
+        path.write_text(mode)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def worker():
+    made = []
+
+    def start(spec: str = "standin:ok") -> Worker:
+        made.append(Worker(spec, factory=standins.make))
+        return made[-1]
+
+    yield start
+    for each in made:
+        each.close()
+
+
+def _pid(result) -> int:
+    assert result.status == "ok", result
+    return int(result.outputs["pid"][0])
+
+
+def test_ok_returns_outputs(worker, task, feeds):
+    result = worker().run(task("ok"), feeds, TASK_TIMEOUT)
+    assert result.status == "ok", result
+    assert float(result.outputs["sum"][0]) == 15.0  # the feed arrived: 0+1+...+5
+    assert result.error == ""
+    assert result.seconds > 0
+
+
+def test_warm_worker_builds_its_runner_once(worker, task, feeds):
+    w = worker()
+    first = w.run(task("ok"), feeds, TASK_TIMEOUT)
+    second = w.run(task("ok"), feeds, TASK_TIMEOUT)
+    assert _pid(first) == _pid(second)
+    assert int(second.outputs["made"][0]) == 1  # one runner built in that process
+    assert [int(first.outputs["runs"][0]), int(second.outputs["runs"][0])] == [1, 2]
+    assert w.restarts == 0
+
+
+def test_runner_error_is_data_with_the_log(worker, task, feeds):
+    w = worker()
+    result = w.run(task("raise"), feeds, TASK_TIMEOUT)
+    assert result.status == "error"
+    assert "RuntimeError" in result.error and "boom: parse failed" in result.error
+    assert "python-level stderr: parsing the model" in result.log
+    assert "fd-level stderr: builder log line" in result.log
+    assert "c-level stderr" in result.log
+    assert "boom: parse failed" in result.text
+    # an error is not a crash: the same process serves the next task
+    pid = _pid(w.run(task("ok"), feeds, TASK_TIMEOUT))
+    assert _pid(w.run(task("ok"), feeds, TASK_TIMEOUT)) == pid
+    assert w.restarts == 0
+
+
+def test_log_of_one_task_does_not_leak_into_the_next(worker, task, feeds):
+    w = worker()
+    assert w.run(task("raise"), feeds, TASK_TIMEOUT).status == "error"
+    result = w.run(task("ok"), feeds, TASK_TIMEOUT)
+    assert result.status == "ok"
+    assert "boom" not in result.log and "stderr" not in result.log
+
+
+@pytest.mark.parametrize(("mode", "signal_name"), [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_crash_is_reported_and_the_same_worker_restarts(worker, task, feeds, mode, signal_name):
+    w = worker()
+    before = _pid(w.run(task("ok"), feeds, TASK_TIMEOUT))
+    result = w.run(task(mode), feeds, TASK_TIMEOUT)
+    assert result.status == "crash"
+    assert signal_name in result.error
+    assert w.restarts == 0  # counted when the replacement starts
+    after = w.run(task("ok"), feeds, TASK_TIMEOUT)
+    assert _pid(after) != before
+    assert int(after.outputs["runs"][0]) == 1  # a fresh runner in a fresh process
+    assert w.restarts == 1
+
+
+def test_crash_on_the_first_task(worker, task, feeds):
+    w = worker("standin:segv")
+    result = w.run(task("segv"), feeds, TASK_TIMEOUT)
+    assert result.status == "crash" and "SIGSEGV" in result.error
+    assert w.run(task("ok"), feeds, TASK_TIMEOUT).status == "ok"
+    assert w.restarts == 1
+
+
+def test_hang_times_out_and_the_worker_restarts(worker, task, feeds):
+    w = worker()
+    before = _pid(w.run(task("ok"), feeds, TASK_TIMEOUT))
+    start = time.perf_counter()
+    result = w.run(task("hang"), feeds, HANG_TIMEOUT)
+    elapsed = time.perf_counter() - start
+    assert result.status == "timeout", result
+    assert HANG_TIMEOUT - 0.1 <= elapsed < HANG_TIMEOUT + 5
+    after = w.run(task("ok"), feeds, TASK_TIMEOUT)
+    assert _pid(after) != before
+    assert w.restarts == 1
+
+
+def test_close_stops_the_process(worker, task, feeds):
+    w = worker()
+    assert w.run(task("ok"), feeds, TASK_TIMEOUT).status == "ok"
+    process = w._process
+    w.close()
+    assert process is not None and not process.is_alive()
