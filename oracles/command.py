@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -38,6 +39,8 @@ class CommandOracle:
         ignore_fail_regexes: list[re.Pattern] | None = None,
     ):
         self.argv = [_absolute_if_exists(arg) for arg in argv]
+        if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
+            raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout
         self.fail_codes = fail_codes or None
         self.ignore_fail_codes = ignore_fail_codes or None

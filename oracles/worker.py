@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -39,12 +40,13 @@ def _read_tail(path: Path) -> str:
         return ""
 
 
-def _serve(conn, runner_spec: str, factory) -> None:
+def _serve(conn, runner_spec: str, factory, log_path: str) -> None:
+    os.setsid()  # its own process group: killing a hung worker kills what its runner started too
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     if factory is None:
         from oracles import make_runner as factory
     runner = factory(runner_spec)
-    log_path = Path(tempfile.mkdtemp(prefix="onnx-reduce-worker-")) / "run.log"
+    log_path = Path(log_path)
     while True:
         try:
             task = conn.recv()
@@ -80,6 +82,7 @@ class Worker:
         by name, since the worker is a fresh process."""
         self.runner_spec = runner_spec
         self.factory = factory
+        self._log_dir: str | None = None
         self._context = multiprocessing.get_context("spawn")  # no fork after threads or GPU libraries
         self._process = None
         self._conn = None
@@ -87,7 +90,12 @@ class Worker:
 
     def _start(self) -> None:
         parent, child = self._context.Pipe()
-        self._process = self._context.Process(target=_serve, args=(child, self.runner_spec, self.factory), daemon=True)
+        if self._log_dir is None:
+            self._log_dir = tempfile.mkdtemp(prefix="onnx-reduce-worker-")
+        log_path = os.path.join(self._log_dir, "run.log")
+        self._process = self._context.Process(
+            target=_serve, args=(child, self.runner_spec, self.factory, log_path), daemon=True
+        )
         self._process.start()
         child.close()
         self._conn = parent
@@ -117,7 +125,10 @@ class Worker:
 
     def _kill(self) -> None:
         if self._process is not None:
-            self._process.kill()
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self._process.kill()
             self._process.join(5)
         self._process = None
 
@@ -129,3 +140,6 @@ class Worker:
             except OSError:
                 pass
         self._kill()
+        if self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = None

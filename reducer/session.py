@@ -187,6 +187,10 @@ def reduce_model(
             report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
     except KeyboardInterrupt:
         progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({len(reduction.best)} nodes)")
+    except Exception as exc:  # the report still says what was done, and that it stopped on an error
+        report["status"] = "error"
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         report.update(_figures(reduction, started))
         if report["status"] != "not-failing" and (out_dir / MINIMAL).exists():
