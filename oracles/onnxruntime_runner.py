@@ -74,7 +74,24 @@ class OnnxRuntimeRunner:
 def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnxconverter_common import float16
 
-    return float16.convert_float_to_float16(model, keep_io_types=True)
+    return float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=_casts_to_float(model.graph))
+
+
+def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
+    """Cast(to=FLOAT) nodes, named if they were not. onnxconverter-common 1.16 leaves them fp32 but types
+    their outputs fp16, which ONNX Runtime rejects; blocked by name, they get a Cast to fp16 after them
+    instead. (Blocking the op type "Cast" makes the converter loop forever.)"""
+    names = []
+    for index, node in enumerate(graph.node):
+        if node.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute):
+            if not node.name:
+                node.name = f"{graph.name}_cast_to_float_{index}"
+            names.append(node.name)
+        for body in [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
+            g for a in node.attribute for g in a.graphs
+        ]:
+            names += _casts_to_float(body)
+    return names
 
 
 def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:

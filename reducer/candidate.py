@@ -88,8 +88,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore) -> M
     for i in kept:
         outputs.extend(name for name in model.node_writes[i] if name not in consumed and name not in outputs)
     for name in outputs:
-        if name in model.value_types:
-            graph.output.append(onnx.helper.make_value_info(name, model.value_types[name]))
+        known = model.value_types.get(name)
+        if known is not None and known.tensor_type.HasField("shape"):
+            graph.output.append(onnx.helper.make_value_info(name, known))
         elif name in store:
             record = store.records[name]
             graph.output.append(_value_info(name, record.dtype, record.shape, concrete=False))

@@ -214,6 +214,7 @@ def _figures(reduction: Reduction, started: float) -> dict:
     signature = reduction.best_verdict.signature if reduction.best_verdict else None
     return {
         "nodes_after": len(reduction.best),
+        "kept_nodes": reduction.best.ordered(),  # indices in the original model's topological order
         "checks": counters.checks,
         "cache_hits": counters.cache_hits,
         "rejected_unfaithful": counters.unfaithful,
