@@ -34,7 +34,6 @@ import json
 import os
 import sys
 import time
-
 import warnings
 
 import numpy as np
@@ -112,17 +111,17 @@ def check(kind, ref, tgt, atol, rtol):
     """Return (failed, detail) over all outputs."""
     details = []
     failed = False
-    for name, r, t in zip(ref.keys(), ref.values(), tgt.values()):
+    for name, r, t in zip(ref.keys(), ref.values(), tgt.values(), strict=False):
         r = np.asarray(r)
         t = np.asarray(t)
         if r.shape != t.shape:
-            details.append("%s: shape %s vs %s" % (name, r.shape, t.shape))
+            details.append(f"{name}: shape {r.shape} vs {t.shape}")
             failed = True
             continue
         if r.dtype.kind != "f":
             if not np.array_equal(r, t) and kind == "tolerance":
                 failed = True
-                details.append("%s: non-float output differs" % name)
+                details.append(f"{name}: non-float output differs")
             continue
         r64 = r.astype(np.float64)
         t64 = t.astype(np.float64)
@@ -134,7 +133,7 @@ def check(kind, ref, tgt, atol, rtol):
                 details.append("%s: %d/%d non-finite (nan=%d inf=%d) where ref finite"
                                % (name, n, bad.size, int(np.isnan(t64).sum()), int(np.isinf(t64).sum())))
             else:
-                details.append("%s: finite" % name)
+                details.append(f"{name}: finite")
         elif kind == "tolerance":
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
                 diff = np.abs(t64 - r64)
@@ -192,13 +191,13 @@ def main():
         ref_out, t_ref = timed_run(ref_sess, feeds)
         tgt_sess = build_target(model, e["runner"])
         tgt_out, t_tgt = timed_run(tgt_sess, feeds)
-        failed, details = check(e["fail_on"], dict(zip(names, ref_out)), dict(zip(names, tgt_out)),
-                                e.get("atol", 0.0), e.get("rtol", 0.0))
+        failed, details = check(e["fail_on"], dict(zip(names, ref_out, strict=True)),
+                                dict(zip(names, tgt_out, strict=True)), e.get("atol", 0.0), e.get("rtol", 0.0))
         got = "fail" if failed else "pass"
         good = got == e["expect"]
         ok += good
         mismatches += not good
-        tol = " atol=%g rtol=%g" % (e["atol"], e["rtol"]) if e["fail_on"] == "tolerance" else ""
+        tol = " atol={:g} rtol={:g}".format(e["atol"], e["rtol"]) if e["fail_on"] == "tolerance" else ""
         print("%s %-48s %s %s%s -> %s (expected %s)  [ref %.3fs, target %.3fs]"
               % ("OK      " if good else "MISMATCH", e["name"], e["runner"], e["fail_on"], tol,
                  got, e["expect"], t_ref, t_tgt))

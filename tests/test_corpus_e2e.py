@@ -131,13 +131,14 @@ def smallest_failing() -> dict:
 @pytest.mark.slow
 def test_command_oracle_reduces_with_a_polygraphy_style_check(tmp_path):
     """The drop-in for `polygraphy debug reduce --check`: the candidate appears as polygraphy_debug.onnx,
-    its inputs come through `{inputs}` as Polygraphy JSON, exit code 1 means failing."""
+    its inputs come through `{inputs}` as Polygraphy JSON, exit code 1 means failing the way asked
+    (`--fail-code 1`: the runner raising, exit 3, is another failure)."""
     entry = smallest_failing()
     out = tmp_path / "out"
     check = [sys.executable, str(ROOT / "scripts" / "check_candidate.py"), "polygraphy_debug.onnx", "{inputs}",
              *oracle_flags(entry)]
     done = cli("reduce", str(ROOT / "corpus" / entry["model"]), "--inputs", str(ROOT / "corpus" / entry["inputs"]),
-               "-o", str(out), "--check", *check, cwd=tmp_path)
+               "-o", str(out), "--faithful-max", "65504", "--fail-code", "1", "--check", *check, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "reduced"
