@@ -120,9 +120,10 @@ def main() -> int:
             inputs_json = layerwise_inputs(entry, work)
             command = check_command(entry, inputs_json)
             results = {"polygraphy": [], "command": [], "builtin": []}
+            command_flags = [*faithful(entry), "--fail-code", "1", "--check", *command]
             for _ in range(args.repeat):  # interleaved, so drift in machine load hits every tool alike
                 results["polygraphy"].append(run_polygraphy(entry, command, work))
-                results["command"].append(run_reducer(entry, [*faithful(entry), "--fail-code", "1", "--check", *command], work))
+                results["command"].append(run_reducer(entry, command_flags, work))
                 results["builtin"].append(run_reducer(entry, builtin_flags(entry), work))
             ddmin = run_reducer(entry, [*builtin_flags(entry), "--strategy", "ddmin"], work)
             row = {"name": entry["name"], "nodes_before": entry["node_count"], "ddmin": ddmin,
