@@ -1,0 +1,179 @@
+"""Model handling: external data stays on disk until a kept node needs it, materialized candidates are
+valid models that keep the original declarations, and inputs come from files or a seed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
+
+from reducer.activations import ActivationStore, capture_model
+from reducer.candidate import Candidate, materialize, save_model
+from reducer.errors import BadInputsError
+from reducer.inputs import load_inputs_file, parse_input_shapes, prepare_inputs
+from reducer.model import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chain_with_external_weights(folder: Path, layers: int = 4) -> Path:
+    """x[N,16] -> (MatMul w_k -> Relu) * layers -> y; every weight in one external file."""
+    nodes, initializers, previous = [], [], "x"
+    rng = np.random.default_rng(0)
+    for k in range(layers):
+        initializers.append(numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), f"w{k}"))
+        nodes.append(helper.make_node("MatMul", [previous, f"w{k}"], [f"m{k}"], name=f"matmul{k}"))
+        nodes.append(helper.make_node("Relu", [f"m{k}"], [f"r{k}"], name=f"relu{k}"))
+        previous = f"r{k}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, ["N", 16])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "chain.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0)
+    return path
+
+
+def reference_store(model, feeds: dict, root: Path) -> ActivationStore:
+    """The reference run, in process (the CLI does it in a worker), for unit tests of materialize."""
+    import onnxruntime as ort
+
+    proto = capture_model(model)
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model.base_dir))
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(names, feeds)
+    return ActivationStore.write(root, "test", [*feeds.items(), *zip(names, values, strict=True)])
+
+
+def test_loading_reads_no_weights_and_a_candidate_reads_only_its_own(tmp_path, monkeypatch):
+    path = chain_with_external_weights(tmp_path / "model")
+    reads: list[str] = []
+    original = external_data_helper.load_external_data_for_tensor
+
+    def counting(tensor, base_dir):
+        reads.append(tensor.name)
+        return original(tensor, base_dir)
+
+    monkeypatch.setattr(external_data_helper, "load_external_data_for_tensor", counting)
+    model = load_model(path)
+    assert reads == []  # validated and indexed without touching weights.bin's contents
+    assert all(t.data_location == TensorProto.EXTERNAL for t in model.initializers.values())
+
+    store = reference_store(model, {"x": np.ones((2, 16), np.float32)}, tmp_path / "store")
+    keep = Candidate(frozenset({model.producer["m2"]}))  # matmul2 alone
+    built = materialize(model, keep, store)
+    assert reads == ["w2"]
+    assert built.fed == ["r1"]
+    out = tmp_path / "out" / "minimal.onnx"
+    save_model(built.proto, out)
+    assert not (tmp_path / "out" / "weights.bin").exists()  # the kept weight is inline
+    written = onnx.load(str(out))
+    assert [t.name for t in written.graph.initializer] == ["w2"]
+
+
+def test_materialized_candidates_keep_declarations_and_type_every_output(tmp_path):
+    path = chain_with_external_weights(tmp_path / "model")
+    model = load_model(path)
+    feeds = {"x": np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)}
+    store = reference_store(model, feeds, tmp_path / "store")
+    keep = Candidate(frozenset({model.producer["m0"], model.producer["r0"], model.producer["m2"]}))
+    built = materialize(model, keep, store)
+    graph = built.proto.graph
+    inputs = {i.name: i for i in graph.input}
+    # the original input keeps its dynamic batch dimension; a cut tensor gets its captured shape
+    assert inputs["x"].type.tensor_type.shape.dim[0].dim_param == "N"
+    assert [d.dim_value for d in inputs["r1"].type.tensor_type.shape.dim] == [3, 16]
+    # outputs: what no kept node reads (r0 and m2), every one typed
+    assert {o.name for o in graph.output} == {"r0", "m2"}
+    assert all(o.type.tensor_type.elem_type == TensorProto.FLOAT for o in graph.output)
+    onnx.checker.check_model(built.proto, full_check=True)
+
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(built.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    values = dict(zip([o.name for o in session.get_outputs()],
+                      session.run(None, {name: np.asarray(store.load(name)) for name in built.fed}), strict=True))
+    np.testing.assert_allclose(values["m2"], store.load("m2"), rtol=1e-5, atol=1e-5)
+
+
+def test_control_flow_bodies_reading_outer_tensors_count_as_consumers(tmp_path):
+    then_branch = helper.make_graph([helper.make_node("Neg", ["a"], ["t"], name="neg")], "then", [],
+                                    [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    else_branch = helper.make_graph([helper.make_node("Abs", ["a"], ["e"], name="abs")], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"], name="greater"),
+        helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch),
+    ]
+    graph = helper.make_graph(nodes, "branchy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    path = tmp_path / "branchy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    relu, branch = model.producer["a"], model.producer["y"]
+    assert "a" in model.node_reads[branch]
+    assert model.dag.has_edge(relu, branch)
+    store = reference_store(model, {"x": np.array([1, -2], np.float32)}, tmp_path / "store")
+    built = materialize(model, Candidate(frozenset({relu, branch})), store)
+    # 'a' is read inside the branches: it is no dangling output, and the If still finds it
+    assert [o.name for o in built.proto.graph.output] == ["y"]
+    assert "c" in built.frozen  # a small bool is frozen to a constant, as engines need conditions at build time
+    onnx.checker.check_model(built.proto)
+
+
+def test_unsorted_graph_is_sorted_and_names_are_kept(tmp_path):
+    nodes = [helper.make_node("Exp", ["a"], ["y"], name="second"), helper.make_node("Relu", ["x"], ["a"], name="first")]
+    graph = helper.make_graph(nodes, "unsorted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "unsorted.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    assert [n.name for n in model.nodes] == ["first", "second"]
+
+
+def test_inputs_from_npz_polygraphy_json_and_seed(tmp_path):
+    from polygraphy.json import save_json
+
+    path = chain_with_external_weights(tmp_path / "model")
+    model = load_model(path)
+    value = np.arange(32, dtype=np.float32).reshape(2, 16)
+    np.savez(tmp_path / "in.npz", x=value)
+    save_json([{"x": value}], str(tmp_path / "in.json"))
+    for file in ("in.npz", "in.json"):
+        feeds = prepare_inputs(model, load_inputs_file(tmp_path / file), {}, 0, (0, 1))
+        np.testing.assert_array_equal(feeds["x"], value)
+    generated = prepare_inputs(model, None, parse_input_shapes(["x:[5,16]"]), seed=3, input_range=(-2, 2))
+    again = prepare_inputs(model, None, parse_input_shapes(["x:[5,16]"]), seed=3, input_range=(-2, 2))
+    assert generated["x"].shape == (5, 16) and generated["x"].dtype == np.float32
+    assert generated["x"].min() >= -2 and generated["x"].max() <= 2
+    np.testing.assert_array_equal(generated["x"], again["x"])
+    with pytest.raises(BadInputsError, match="declares"):
+        prepare_inputs(model, None, parse_input_shapes(["x:[5,15]"]), 0, (0, 1))
+
+
+def test_dynamic_model_reduces_with_input_shapes(tmp_path):
+    """A dynamic batch stays dynamic in the minimal model; --input-shapes picks the fed shape."""
+    path = chain_with_external_weights(tmp_path / "model")
+    out = tmp_path / "out"
+    check = [sys.executable, "-c", "import onnx,sys; m=onnx.load(sys.argv[1]); "
+             "sys.exit(1 if any(n.name == 'matmul2' for n in m.graph.node) else 0)", "{model}"]
+    done = subprocess.run([sys.executable, "-m", "reducer.cli", "reduce", str(path), "--input-shapes", "x:[3,16]",
+                           "--seed", "1", "-o", str(out), "--", *check], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["nodes_after"] == 1
+    minimal = onnx.load(str(out / "minimal.onnx"))
+    assert [n.name for n in minimal.graph.node] == ["matmul2"]
+    with np.load(out / "minimal_inputs.npz") as fed:
+        assert fed["r1"].shape == (3, 16)
