@@ -17,6 +17,7 @@ from reducer.model import Model
 # Integer tensors this small are shapes, axes and indices: a cut one is frozen to a constant instead of
 # becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
 FROZEN_INT_MAX_ELEMENTS = 1024
+LAYERWISE_SUFFIX = "__layerwise"
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,14 @@ class Materialized:
     frozen: list[str]  # cut tensors turned into constants
     outputs: list[str]
     unrunnable: str | None = None  # why this candidate cannot be built (e.g. a value was never captured)
-    extra: dict = field(default_factory=dict)
+    observed: dict[str, str] = field(default_factory=dict)  # output name -> the tensor it shows
+
+    def reference_name(self, output: str) -> str:
+        return self.observed.get(output, output)
 
 
-def materialize(model: Model, candidate: Candidate, store: ActivationStore) -> Materialized:
+def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False) -> Materialized:
+    """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run."""
     kept = candidate.ordered()
     produced = {name for i in kept for name in model.node_writes[i]}
     read_by_kept: list[str] = []
@@ -87,16 +92,26 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore) -> M
     outputs = [name for name in model.graph_outputs if name in produced]
     for i in kept:
         outputs.extend(name for name in model.node_writes[i] if name not in consumed and name not in outputs)
+    observed: dict[str, str] = {}
+    if mark_all:  # every other tensor shown through an Identity: converters mishandle outputs read inside
+        for i in kept:
+            for name in model.node_writes[i]:
+                if name not in outputs and name in store:
+                    shown = f"{name}{LAYERWISE_SUFFIX}"
+                    graph.node.append(onnx.helper.make_node("Identity", [name], [shown], name=shown))
+                    observed[shown] = name
+                    outputs.append(shown)
     for name in outputs:
-        known = model.value_types.get(name)
+        name_in_model = observed.get(name, name)
+        known = model.value_types.get(name_in_model)
         if known is not None and known.tensor_type.HasField("shape"):
             graph.output.append(onnx.helper.make_value_info(name, known))
-        elif name in store:
-            record = store.records[name]
+        elif name_in_model in store:
+            record = store.records[name_in_model]
             graph.output.append(_value_info(name, record.dtype, record.shape, concrete=False))
         else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
-    return Materialized(graph_model(model, graph), fed, frozen, outputs)
+    return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed)
 
 
 def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:

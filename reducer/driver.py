@@ -17,7 +17,7 @@ from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
 from reducer.candidate import Candidate, materialize, save_model
 from reducer.model import Model
-from strategies.base import SearchContext
+from strategies.base import Probe, SearchContext
 
 MINIMAL = "minimal.onnx"
 
@@ -48,19 +48,20 @@ class Progress:
     def message(self, text: str) -> None: ...
 
 
-def unfaithful_reason(model: Model, store: ActivationStore, fed: list[str], max_abs: float | None) -> str | None:
-    """Why feeding these captured values would reproduce a different bug, or None if they are fine.
-    A cut tensor holding a value the target precision cannot represent (8e5 into fp16), or a NaN,
-    makes any failure the input's fault, not the graph's."""
+def unfaithful_reasons(model: Model, store: ActivationStore, fed: list[str], max_abs: float | None) -> dict[str, str]:
+    """Cut tensors whose captured values would reproduce a different bug, and why. A cut tensor holding
+    a value the target precision cannot represent (8e5 into fp16), or a NaN, makes any failure the
+    input's fault, not the graph's."""
+    reasons = {}
     for name in fed:
         if name in model.graph_inputs:
             continue  # the user's own inputs are what the original model gets too
         record = store.records[name]
         if not record.finite:
-            return f"cut tensor '{name}' holds NaN/Inf in the reference"
-        if max_abs is not None and record.max_abs > max_abs:
-            return f"cut tensor '{name}' holds |x| = {record.max_abs:.4g}, beyond the target's {max_abs:g}"
-    return None
+            reasons[name] = f"cut tensor '{name}' holds NaN/Inf in the reference"
+        elif max_abs is not None and record.max_abs > max_abs:
+            reasons[name] = f"cut tensor '{name}' holds |x| = {record.max_abs:.4g}, beyond the target's {max_abs:g}"
+    return reasons
 
 
 class Reduction:
@@ -91,24 +92,26 @@ class Reduction:
         self._strategy = "initial"
 
     # -- judging ---------------------------------------------------------------------------------
-    def judge(self, candidate: Candidate, use_cache: bool = True) -> Verdict | None:
+    def judge(self, candidate: Candidate, use_cache: bool = True, mark_all: bool = False) -> Verdict | None:
         """The verdict on a candidate, or None when it is not checked at all (unfaithful, unrunnable)."""
         if not candidate.nodes:
             return None
         stats = self.counters.per_strategy.setdefault(self._strategy, StrategyStats())
-        cached = self.cache.get(candidate.key()) if use_cache else None
+        key = ("layerwise:" if mark_all else "") + candidate.key()
+        cached = self.cache.get(key) if use_cache else None
         if cached is not None:
             self.counters.cache_hits += 1
             stats.cache_hits += 1
             return cached
-        built = materialize(self.model, candidate, self.store)
+        built = materialize(self.model, candidate, self.store, mark_all=mark_all)
         if built.unrunnable:
             self.counters.unrunnable += 1
             return None
         if self.faithful:
-            reason = unfaithful_reason(self.model, self.store, built.fed, self.oracle.max_abs_value)
-            if reason:
+            reasons = unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value)
+            if reasons:
                 self.counters.unfaithful += 1
+                reason = next(iter(reasons.values()))
                 self.progress.message(f"rejected without a check ({len(candidate)} nodes): {reason}")
                 return None
         self.counters.checks += 1
@@ -118,15 +121,29 @@ class Reduction:
         job = CheckJob(
             model=built.proto,
             feeds={name: self.store.path(name) for name in built.fed},
-            reference={name: self.store.load(name) for name in built.outputs if name in self.store},
+            reference={
+                name: self.store.load(built.reference_name(name))
+                for name in built.outputs
+                if built.reference_name(name) in self.store
+            },
             workdir=workdir,
         )
         try:
             verdict = self.oracle.judge(job)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        self.cache.put(candidate.key(), verdict)
+        if built.observed and verdict.signature:  # name the tensors, not the Identity outputs showing them
+            signature = verdict.signature
+            verdict.signature = type(signature)(signature.kind, signature.detail,
+                                                tuple(built.reference_name(o) for o in signature.outputs))
+        self.cache.put(key, verdict)
         return verdict
+
+    def unfaithful_inputs(self, candidate: Candidate) -> list[str]:
+        if not self.faithful:
+            return []
+        built = materialize(self.model, candidate, self.store)
+        return list(unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value))
 
     def interesting(self, verdict: Verdict | None) -> bool:
         return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))
@@ -159,11 +176,14 @@ class Reduction:
         self._strategy = strategy.name
         stats = self.counters.per_strategy.setdefault(strategy.name, StrategyStats())
         started = time.perf_counter()
-        context = SearchContext(self.model, self.best_verdict.signature.outputs)
+        context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)
             while True:
+                if isinstance(batch, Probe):
+                    batch = proposals.send(self.judge(batch.candidate, mark_all=True))
+                    continue
                 winner = None
                 for index, candidate in enumerate(batch):
                     verdict = self.judge(candidate)

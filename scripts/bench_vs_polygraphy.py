@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus"
 CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
 
 
@@ -47,10 +48,12 @@ def layerwise_inputs(entry: dict, work: Path) -> Path:
     from reducer.driver import Progress
     from reducer.session import InputOptions, prepare
 
-    options = InputOptions(inputs=str(ROOT / entry["inputs"]))
-    _, store = prepare(str(ROOT / entry["model"]), options, work / "ref", Progress())
+    options = InputOptions(inputs=str(CORPUS / entry["inputs"]))
+    _, store = prepare(str(CORPUS / entry["model"]), options, work / "ref", Progress())
     path = work / "layerwise_inputs.json"
     save_json([{name: np.asarray(store.load(name)) for name in store.records}], str(path))
+    with np.load(CORPUS / entry["inputs"]) as given:  # Polygraphy's own fallback inference needs these
+        save_json([{name: given[name] for name in given.files}], str(work / "model_inputs.json"))
     return path
 
 
@@ -68,7 +71,7 @@ def faithful(entry: dict) -> list[str]:
 
 
 def builtin_flags(entry: dict) -> list[str]:
-    flags = ["--inputs", str(ROOT / entry["inputs"]), "--runner", entry["runner"], "--fail-on", entry["fail_on"]]
+    flags = ["--inputs", str(CORPUS / entry["inputs"]), "--runner", entry["runner"], "--fail-on", entry["fail_on"]]
     if entry["fail_on"] == "tolerance":
         flags += ["--atol", str(entry["atol"]), "--rtol", str(entry["rtol"])]
     return flags
@@ -76,8 +79,8 @@ def builtin_flags(entry: dict) -> list[str]:
 
 def run_polygraphy(entry: dict, command: list[str], work: Path) -> dict:
     cwd = Path(tempfile.mkdtemp(dir=work))
-    argv = ["polygraphy", "debug", "reduce", str(ROOT / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
-            "--fail-code", "1", "--check", *command]
+    argv = ["polygraphy", "debug", "reduce", str(CORPUS / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
+            "--load-inputs", str(work / "model_inputs.json"), "--fail-code", "1", "--check", *command]
     seconds, output, code = timed(argv, cwd)
     if code != 0 or not (cwd / "reduced.onnx").exists():
         raise SystemExit(f"polygraphy failed on {entry['name']}:\n{output[-3000:]}")
@@ -88,7 +91,7 @@ def run_polygraphy(entry: dict, command: list[str], work: Path) -> dict:
 
 def run_reducer(entry: dict, flags: list[str], work: Path) -> dict:
     out = Path(tempfile.mkdtemp(dir=work)) / "out"
-    argv = [sys.executable, "-m", "reducer.cli", "reduce", str(ROOT / entry["model"]), "-o", str(out), *flags]
+    argv = [sys.executable, "-m", "reducer.cli", "reduce", str(CORPUS / entry["model"]), "-o", str(out), *flags]
     seconds, output, code = timed(argv, work)
     if code != 0:
         raise SystemExit(f"onnx-reduce failed on {entry['name']} ({code}):\n{output[-3000:]}")
@@ -120,7 +123,8 @@ def main() -> int:
             inputs_json = layerwise_inputs(entry, work)
             command = check_command(entry, inputs_json)
             results = {"polygraphy": [], "command": [], "builtin": []}
-            command_flags = [*faithful(entry), "--fail-code", "1", "--check", *command]
+            command_flags = ["--inputs", str(CORPUS / entry["inputs"]), *faithful(entry), "--fail-code", "1",
+                             "--check", *command]
             for _ in range(args.repeat):  # interleaved, so drift in machine load hits every tool alike
                 results["polygraphy"].append(run_polygraphy(entry, command, work))
                 results["command"].append(run_reducer(entry, command_flags, work))

@@ -9,13 +9,15 @@ from importlib.metadata import entry_points
 from reducer.errors import UsageError
 
 BUILTIN_STRATEGIES = {
+    "localize": "strategies.localize:FirstDivergence",
     "cone": "strategies.cone:ConeOfInfluence",
     "bisect": "strategies.bisect:BoundaryBisection",
     "regions": "strategies.regions:DominatorRegions",
+    "chunks": "strategies.chunks:AdaptiveChunks",
     "ddmin": "strategies.ddmin:DeltaDebugging",
     "linear": "strategies.linear:LinearSweep",
 }
-DEFAULT_ORDER = ("cone", "bisect", "regions", "ddmin", "linear")
+DEFAULT_ORDER = ("localize", "cone", "ddmin", "bisect", "regions", "linear")
 
 
 def available() -> dict[str, str]:

@@ -4,24 +4,37 @@ A strategy is a generator: it yields a batch of candidates, in order of preferen
 the index of the first one that still fails the same way (which becomes the current candidate), or
 None when none did. Batches let the driver check candidates in any order or in parallel while the
 outcome stays that of checking them one by one.
+
+A strategy may also yield a Probe: the driver runs the candidate once with every tensor it computes
+marked as an output (a layerwise run) and sends back the Verdict, whose signature names every failing
+tensor. Marking outputs can change what an engine does, so a probe only guides; it never decides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Protocol
 
+from oracles.base import Verdict
 from reducer.candidate import Candidate
 from reducer.model import Model
 
-Proposals = Generator[list[Candidate], "int | None", None]
+
+@dataclass(frozen=True)
+class Probe:
+    candidate: Candidate
+
+
+Proposals = Generator["list[Candidate] | Probe", "int | Verdict | None", None]
 
 
 @dataclass
 class SearchContext:
     model: Model
     failing_outputs: tuple[str, ...]  # outputs that failed in the current candidate's verdict
+    # cut tensors whose captured values the target cannot hold (the driver's faithfulness rule)
+    unfaithful_inputs: Callable[[Candidate], list[str]] = lambda candidate: []
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer.get(name) for name in self.failing_outputs}

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from reducer.candidate import Candidate
 from reducer.model import load_model
 from strategies import available, make_strategies
-from strategies.base import SearchContext
+from strategies.base import Probe, SearchContext
 from strategies.regions import sese_regions
 
 
@@ -56,7 +56,7 @@ def diamond_chain_model(tmp_path, blocks: int = 4):
 
 
 def test_registry_knows_builtins_and_rejects_unknown():
-    assert {"cone", "bisect", "regions", "ddmin", "linear"} <= set(available())
+    assert {"cone", "bisect", "regions", "chunks", "ddmin", "linear"} <= set(available())
     with pytest.raises(Exception, match="unknown strategy 'nope'"):
         make_strategies(["nope"])
 
@@ -66,7 +66,7 @@ def test_ddmin_and_linear_reach_the_known_minimum(tmp_path, needed):
     model = diamond_chain_model(tmp_path)
     context = SearchContext(model, ())
     start = Candidate(frozenset(range(len(model))))
-    for name in ("ddmin", "linear"):
+    for name in ("ddmin", "chunks", "linear"):
         (strategy,) = make_strategies([name])
         final, calls = drive(strategy, start, lambda c: needed <= c.nodes, context)
         assert final.nodes == frozenset(needed), name
@@ -83,6 +83,23 @@ def test_ddmin_spends_fewer_checks_than_linear_on_a_single_culprit(tmp_path):
     _, ddmin_calls = drive(ddmin, start, lambda c: 40 in c.nodes, context)
     _, linear_calls = drive(linear, start, lambda c: 40 in c.nodes, context)
     assert ddmin_calls < linear_calls
+
+
+def test_chunks_removes_long_runs_in_logarithmic_checks(tmp_path):
+    model = diamond_chain_model(tmp_path, blocks=32)  # 128 nodes
+    context = SearchContext(model, ())
+    start = Candidate(frozenset(range(128)))
+    (chunks,) = make_strategies(["chunks"])
+    (ddmin,) = make_strategies(["ddmin"])
+    final, chunk_calls = drive(chunks, start, lambda c: 40 in c.nodes, context)
+    assert final.nodes == {40}
+    assert chunk_calls <= 2 * 2 * 7 + 2  # two runs (after and before node 40), each ~2*log2(len)
+    # where the failure needs nodes spread out, chunks beats ddmin's many failing subset tests
+    spread = {10, 50, 90, 120}
+    final, chunk_calls = drive(chunks, start, lambda c: spread <= c.nodes, context)
+    assert final.nodes == spread
+    _, ddmin_calls = drive(ddmin, start, lambda c: spread <= c.nodes, context)
+    assert chunk_calls < ddmin_calls
 
 
 def test_bisect_cuts_both_ends_in_logarithmic_checks(tmp_path):
@@ -143,5 +160,8 @@ def test_every_strategy_proposes_only_strict_subsets(tmp_path):
     for strategy in make_strategies(list(available())):
         proposals = strategy.search(start, context)
         for batch in itertools.islice(proposals, 3):
+            if isinstance(batch, Probe):
+                assert batch.candidate == start
+                continue
             assert all(c.nodes < start.nodes for c in batch), strategy.name
             break

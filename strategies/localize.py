@@ -1,0 +1,51 @@
+"""Localisation first (the seeds' flowchart: compare layerwise, extract the first failing layer): one
+layerwise run names every failing tensor; the nodes that produce the earliest ones are tried alone,
+then with what feeds them. A hint to check, never a conclusion: marking outputs can change fusions."""
+
+from __future__ import annotations
+
+from reducer.candidate import Candidate
+from strategies.base import Probe, Proposals, SearchContext
+
+EARLIEST = 2  # failing tensors whose producers are tried: a wrong hint should cost few checks
+
+
+class FirstDivergence:
+    name = "localize"
+
+    def search(self, current: Candidate, context: SearchContext) -> Proposals:
+        if len(current) <= 1:
+            return
+        verdict = yield Probe(current)
+        if verdict is None or not verdict.failing or not verdict.signature.outputs:
+            return
+        failing = set(verdict.signature.outputs)
+        producers = sorted({context.model.producer[name] for name in failing
+                            if name in context.model.producer and context.model.producer[name] in current.nodes})
+        # Origins first: failing nodes none of whose inputs fail introduce the error themselves; a node
+        # downstream of a failing one may only pass it on.
+        origins = [p for p in producers if not failing.intersection(context.model.node_reads[p])]
+        earliest = (origins or producers)[:EARLIEST]
+        graph = context.model.dag.subgraph(current.nodes)
+        options: list[frozenset[int]] = []
+        for node in earliest:  # the node alone, grown upwards until what feeds it is faithful
+            options.append(_grown(frozenset({node}), context, current))
+        first = earliest[0]  # then the earliest with its direct producers
+        options.append(_grown(frozenset({first, *graph.predecessors(first)}), context, current))
+        seen, batch = set(), []
+        for option in options:
+            if option not in seen and len(option) < len(current):
+                seen.add(option)
+                batch.append(Candidate(option))
+        if batch:
+            yield batch
+
+
+def _grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
+    """Add the producers of cut inputs the target could not hold (an overflow starts further up)."""
+    while True:
+        producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(Candidate(nodes))}
+        producers = {p for p in producers if p is not None and p in current.nodes and p not in nodes}
+        if not producers:
+            return nodes
+        nodes = nodes | producers
