@@ -13,6 +13,7 @@ FP16_MAX = 65504.0
 LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
 PRECISIONS = ("fp32", "fp16", "fp16-storage")
 DEVICES = ("cpu",)
+CAPTURE_BUDGET_BYTES = 256 << 20
 
 
 class OnnxRuntimeRunner:
@@ -48,6 +49,27 @@ class OnnxRuntimeRunner:
         return info
 
     def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None) -> dict:
+        session = self._session(model_path, external_dir)
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+
+    def capture(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None,
+                budget_bytes: int = CAPTURE_BUDGET_BYTES):
+        """Yield (name, value) for every output, fetching a group at a time so that at most about
+        `budget_bytes` of activations are held at once; the group size adapts to the sizes seen."""
+        session = self._session(model_path, external_dir)
+        names = [o.name for o in session.get_outputs()]
+        position, group = 0, 64
+        while position < len(names):
+            wanted = names[position : position + group]
+            values = session.run(wanted, dict(feeds))
+            held = sum(v.nbytes for v in values if isinstance(v, np.ndarray)) or 1
+            yield from zip(wanted, values, strict=True)
+            del values
+            position += len(wanted)
+            group = max(1, min(4 * group, int(len(wanted) * budget_bytes / held)))
+
+    def _session(self, model_path: Path, external_dir: Path | None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -65,10 +87,7 @@ class OnnxRuntimeRunner:
             )
         else:
             source = str(model_path)
-        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        values = session.run(names, dict(feeds))
-        return dict(zip(names, values, strict=True))
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -3,6 +3,7 @@ kills only the worker, and becomes a verdict."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import shutil
@@ -59,19 +60,30 @@ def _serve(conn, runner_spec: str, factory, log_path: str) -> None:
         try:
             with _captured_fds(log_path):
                 feeds = {name: np.load(path, allow_pickle=False) for name, path in feed_paths.items()}
-                outputs = runner.run(Path(model_path), feeds, extra.get("external_dir"))
-            if kind == "capture":  # write straight to the store: large models' activations stay off the pipe
-                from reducer.activations import ActivationStore
-
-                arrays = [*feeds.items(), *((n, v) for n, v in outputs.items() if n not in feeds)]
-                ActivationStore.write(Path(extra["store_dir"]), extra["key"], arrays)
-                outputs = {}
+                if kind == "capture":  # straight to the store: activations never cross the pipe
+                    _capture(runner, Path(model_path), feeds, extra)
+                    outputs = {}
+                else:
+                    outputs = runner.run(Path(model_path), feeds, extra.get("external_dir"))
             result = RunResult("ok", outputs)
         except Exception as exc:  # a runner's build or run error is data, not a worker failure
             result = RunResult("error", error=f"{type(exc).__name__}: {exc}")
         result.log = _read_tail(log_path)
         result.seconds = time.perf_counter() - start
         conn.send(result)
+
+
+def _capture(runner, model_path: Path, feeds: dict, extra: dict) -> None:
+    """The reference run: every tensor written to the activation store, a bounded group at a time."""
+    from reducer.activations import ActivationStore
+
+    external_dir = extra.get("external_dir")
+    if hasattr(runner, "capture"):
+        produced = runner.capture(model_path, feeds, external_dir)
+    else:
+        produced = runner.run(model_path, feeds, external_dir).items()
+    arrays = (pair for pair in produced if pair[0] not in feeds)
+    ActivationStore.write(Path(extra["store_dir"]), extra["key"], itertools.chain(feeds.items(), arrays))
 
 
 class Worker:

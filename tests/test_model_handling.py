@@ -177,3 +177,20 @@ def test_dynamic_model_reduces_with_input_shapes(tmp_path):
     assert [n.name for n in minimal.graph.node] == ["matmul2"]
     with np.load(out / "minimal_inputs.npz") as fed:
         assert fed["r1"].shape == (3, 16)
+
+
+def test_reference_capture_in_bounded_groups_yields_every_tensor_exactly(tmp_path):
+    """With a tiny memory budget the capture shrinks its groups to one tensor a run, losing nothing."""
+    from oracles.onnxruntime_runner import OnnxRuntimeRunner
+
+    path = chain_with_external_weights(tmp_path / "model")
+    model = load_model(path)
+    proto_path = tmp_path / "capture.onnx"
+    onnx.save(capture_model(model), str(proto_path))
+    runner = OnnxRuntimeRunner("onnxruntime:cpu:fp32:O0")
+    feeds = {"x": np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)}
+    whole = runner.run(proto_path, feeds, model.base_dir)
+    produced = dict(runner.capture(proto_path, feeds, model.base_dir, budget_bytes=1))
+    assert produced.keys() == whole.keys() and len(produced) == 8
+    for name, value in whole.items():
+        np.testing.assert_array_equal(produced[name], value)
