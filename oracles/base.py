@@ -117,6 +117,7 @@ class Oracle(Protocol):
     description: str
     fingerprint: str  # changes whenever a verdict could change
     max_abs_value: float | None
+    names_failing_outputs: bool  # whether its verdicts say which outputs fail (a command's do not)
 
     def judge(self, job: CheckJob) -> Verdict: ...
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 
 from oracles import make_runner
 from oracles.base import Check, CheckJob, Verdict
@@ -12,7 +13,8 @@ from reducer.candidate import save_model
 
 
 class BuiltinOracle:
-    def __init__(self, runner_spec: str, check: Check, timeout: float, check_params: dict):
+    names_failing_outputs = True  # its checks say which outputs fail: layerwise probes are worth a check
+    def __init__(self, runner_spec: str, check: Check, timeout: float, check_params: dict, jobs: int = 1):
         runner = make_runner(runner_spec)  # validates the spec here, before any worker starts
         self.runner_spec = runner.spec
         self.check = check
@@ -22,15 +24,23 @@ class BuiltinOracle:
         self.description = f"{runner.spec} --fail-on {check.name}"
         identity = {"runner": self.environment, "check": check.name, **check_params}
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-        self._worker = Worker(runner.spec)
+        self._workers = [Worker(runner.spec) for _ in range(max(1, jobs))]  # started on first use
+        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        for worker in self._workers:
+            self._idle.put(worker)
 
     def judge(self, job: CheckJob) -> Verdict:
         path = job.workdir / "candidate.onnx"
         save_model(job.model, path)
-        result = self._worker.run(path, job.feeds, self.timeout)
+        worker = self._idle.get()  # one check per worker at a time; several workers for --jobs
+        try:
+            result = worker.run(path, job.feeds, self.timeout)
+        finally:
+            self._idle.put(worker)
         verdict = self.check.judge(result, job.reference)
         verdict.log = result.text
         return verdict
 
     def close(self) -> None:
-        self._worker.close()
+        for worker in self._workers:
+            worker.close()

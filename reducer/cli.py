@@ -114,11 +114,13 @@ def cli() -> None:
 @output_option
 @click.option("--strategy", "strategy", default=None, metavar="A,B,...",
               help="Strategies to run, in order (default: cone,bisect,regions,ddmin,linear).")
+@click.option("--jobs", "jobs", default=1, show_default=True,
+              help="Candidates checked at once (warm workers or commands); the result is the same as with 1.")
 @click.option("--no-faithful", "no_faithful", is_flag=True,
               help="Also check candidates whose cut inputs hold values the target cannot represent.")
 @json_option
 @click.pass_context
-def reduce(ctx, model, output, strategy, no_faithful, as_json, **kwargs) -> None:
+def reduce(ctx, model, output, strategy, jobs, no_faithful, as_json, **kwargs) -> None:
     from reducer.progress import make_progress
     from reducer.session import reduce_model
     from strategies import DEFAULT_ORDER
@@ -128,6 +130,7 @@ def reduce(ctx, model, output, strategy, no_faithful, as_json, **kwargs) -> None
         raise UsageError("--strategy: no strategy named")
     check_command = ctx.obj.get("check", [])
     inputs, oracle = _input_options(kwargs), _oracle_options(kwargs, check_command)
+    oracle.jobs = jobs
     out_dir = _output_dir(output)
     progress = make_progress()
     try:

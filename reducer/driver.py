@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,16 @@ class Counters:
     unfaithful: int = 0
     unrunnable: int = 0
     per_strategy: dict[str, StrategyStats] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    """A check prepared in the driver's thread, run by the oracle (maybe in another), recorded back."""
+
+    key: str
+    job: CheckJob
+    built: object
+    verdict: Verdict | None = None
 
 
 class Progress:
@@ -74,6 +85,7 @@ class Reduction:
         strategies: list,
         faithful: bool = True,
         progress: Progress | None = None,
+        jobs: int = 1,
     ):
         self.model = model
         self.store = store
@@ -81,6 +93,9 @@ class Reduction:
         self.out_dir = out_dir
         self.strategies = strategies
         self.faithful = faithful
+        self.jobs = max(1, jobs)
+        self.started = time.perf_counter()
+        self._verdict_of_winner: Verdict | None = None
         self.progress = progress or Progress()
         self.counters = Counters()
         self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}")
@@ -94,6 +109,24 @@ class Reduction:
     # -- judging ---------------------------------------------------------------------------------
     def judge(self, candidate: Candidate, use_cache: bool = True, mark_all: bool = False) -> Verdict | None:
         """The verdict on a candidate, or None when it is not checked at all (unfaithful, unrunnable)."""
+        return self.judge_all([candidate], use_cache, mark_all)[0]
+
+    def judge_all(self, candidates: list[Candidate], use_cache: bool = True, mark_all: bool = False) -> list:
+        """Verdicts on several candidates, the oracle running up to `jobs` of them at once."""
+        pending = [self._prepare(c, use_cache, mark_all) for c in candidates]
+        jobs = [item for item in pending if isinstance(item, _Pending)]
+        if len(jobs) > 1 and self.jobs > 1:
+            with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+                verdicts = list(pool.map(self._run_check, jobs))
+        else:
+            verdicts = [self._run_check(job) for job in jobs]
+        for job, verdict in zip(jobs, verdicts, strict=True):
+            self.cache.put(job.key, verdict)
+            job.verdict = verdict
+        return [item.verdict if isinstance(item, _Pending) else item for item in pending]
+
+    def _prepare(self, candidate: Candidate, use_cache: bool, mark_all: bool):
+        """A cached verdict, None (not checkable), or the check to run (counted here, in order)."""
         if not candidate.nodes:
             return None
         stats = self.counters.per_strategy.setdefault(self._strategy, StrategyStats())
@@ -117,7 +150,6 @@ class Reduction:
         self.counters.checks += 1
         stats.checks += 1
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
-        workdir.mkdir(parents=True, exist_ok=True)
         job = CheckJob(
             model=built.proto,
             feeds={name: self.store.path(name) for name in built.fed},
@@ -128,15 +160,20 @@ class Reduction:
             },
             workdir=workdir,
         )
+        return _Pending(key, job, built)
+
+    def _run_check(self, pending: _Pending) -> Verdict:
+        """The oracle on one prepared candidate; thread-safe, so several can run at once."""
+        pending.job.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            verdict = self.oracle.judge(job)
+            verdict = self.oracle.judge(pending.job)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(pending.job.workdir, ignore_errors=True)
+        built = pending.built
         if built.observed and verdict.signature:  # name the tensors, not the Identity outputs showing them
             signature = verdict.signature
             verdict.signature = type(signature)(signature.kind, signature.detail,
                                                 tuple(built.reference_name(o) for o in signature.outputs))
-        self.cache.put(key, verdict)
         return verdict
 
     def unfaithful_inputs(self, candidate: Candidate) -> list[str]:
@@ -181,26 +218,35 @@ class Reduction:
         try:
             batch = next(proposals)
             while True:
-                if isinstance(batch, Probe):
-                    batch = proposals.send(self.judge(batch.candidate, mark_all=True))
+                if isinstance(batch, Probe):  # only worth a check where the oracle names failing outputs
+                    layerwise = getattr(self.oracle, "names_failing_outputs", False)
+                    batch = proposals.send(self.judge(batch.candidate, mark_all=True) if layerwise else None)
                     continue
-                winner = None
-                for index, candidate in enumerate(batch):
-                    verdict = self.judge(candidate)
-                    self.progress.update(len(self.best), self.counters, strategy.name)
-                    if self.interesting(verdict):
-                        winner = index
-                        removed = len(self.best) - len(candidate)
-                        self._accept(candidate, verdict, strategy.name)
-                        stats.accepted += 1
-                        stats.nodes_removed += removed
-                        context.failing_outputs = verdict.signature.outputs
-                        break
+                winner = self._first_interesting(batch, strategy.name)
+                if winner is not None:
+                    candidate, verdict = batch[winner], self._verdict_of_winner
+                    stats.accepted += 1
+                    stats.nodes_removed += len(self.best) - len(candidate)
+                    self._accept(candidate, verdict, strategy.name)
+                    context.failing_outputs = verdict.signature.outputs
                 batch = proposals.send(winner)
         except StopIteration:
             pass
         finally:
             stats.seconds += time.perf_counter() - started
+
+    def _first_interesting(self, batch: list[Candidate], strategy: str) -> int | None:
+        """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
+        of candidates is checked at once; the answer is the one checking them in order would give."""
+        for start in range(0, len(batch), self.jobs):
+            window = batch[start : start + self.jobs]
+            verdicts = self.judge_all(window)
+            self.progress.update(len(self.best), self.counters, strategy)
+            for offset, verdict in enumerate(verdicts):
+                if self.interesting(verdict):
+                    self._verdict_of_winner = verdict
+                    return start + offset
+        return None
 
     def _accept(self, candidate: Candidate, verdict: Verdict, strategy: str) -> None:
         self.best, self.best_verdict = candidate, verdict
@@ -210,6 +256,7 @@ class Reduction:
             "nodes": len(candidate),
             "checks": self.counters.checks,
             "cache_hits": self.counters.cache_hits,
+            "seconds": round(time.perf_counter() - self.started, 3),
             "failing_outputs": list(verdict.signature.outputs),
         }
         with open(self.history_path, "a") as history:

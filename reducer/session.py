@@ -36,6 +36,7 @@ class OracleOptions:
     check_command: list[str] = field(default_factory=list)
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
     faithful_max: float | None = None  # overrides the runner's bound; a --check command has none
+    jobs: int = 1  # candidates checked at once
 
 
 @dataclass
@@ -61,6 +62,8 @@ def build_oracle(options: OracleOptions) -> Oracle:
     ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
     if options.check_timeout <= 0:
         raise UsageError("--check-timeout must be positive")
+    if options.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
     if options.faithful_max is not None and not options.faithful_max > 0:
         raise UsageError("--faithful-max must be positive")
     oracle = _build_oracle(options, fail_regexes, ignore_regexes)
@@ -94,7 +97,7 @@ def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracl
         check, params = ErrorCheck(fail_regexes), {"fail_regex": options.fail_regex}
     else:
         raise UsageError(f"unknown --fail-on '{options.fail_on}' (known: nan, tolerance, error)")
-    return BuiltinOracle(options.runner, check, options.check_timeout, params)
+    return BuiltinOracle(options.runner, check, options.check_timeout, params, options.jobs)
 
 
 def prepare(
@@ -171,7 +174,8 @@ def reduce_model(
     strategies = make_strategies(strategy_names)
     oracle = build_oracle(oracle_options)
     model, store = prepare(model_path, input_options, out_dir, progress)
-    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress)
+    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, oracle_options.jobs)
+    reduction.started = started  # history's seconds count from the start, the reference run included
     report = {
         "status": "interrupted",
         "model": str(model_path),

@@ -172,3 +172,18 @@ def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
     check = cli("check", str(out / "minimal.onnx"), "--inputs", str(out / "minimal_inputs.npz"), *oracle_flags(entry),
                 cwd=tmp_path)
     assert check.returncode == 1, check.stdout + check.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddmin", "chunks,linear"])
+def test_parallel_checks_give_the_same_result(tmp_path, strategy):
+    """--jobs 2 checks a window of candidates at once; the first failing one in order still wins."""
+    entry = next(e for e in FAILING if e["name"].startswith("ppocrv4_rec"))
+    reports = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        done = reduce_entry(entry, out, "--strategy", strategy, "--jobs", jobs)
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads((out / "report.json").read_text()))
+    assert reports[0]["kept_nodes"] == reports[1]["kept_nodes"]
+    assert reports[1]["checks"] >= reports[0]["checks"]  # speculation may spend checks, never skip one
