@@ -24,10 +24,16 @@ class BuiltinOracle:
         self.description = f"{runner.spec} --fail-on {check.name}"
         identity = {"runner": self.environment, "check": check.name, **check_params}
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-        self._workers = [Worker(runner.spec) for _ in range(max(1, jobs))]  # started on first use
+        self._workers = [Worker(runner.spec) for _ in range(max(1, jobs))]
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self._workers:
+            worker.start()  # they import their runtime while the model loads
             self._idle.put(worker)
+
+    @property
+    def reference_worker(self) -> Worker:
+        """A warm worker the reference run can borrow before the search starts."""
+        return self._workers[0]
 
     def judge(self, job: CheckJob) -> Verdict:
         path = job.workdir / "candidate.onnx"

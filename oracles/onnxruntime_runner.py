@@ -39,13 +39,11 @@ class OnnxRuntimeRunner:
         self.max_abs_value = FP16_MAX if precision.startswith("fp16") else None
 
     def describe(self) -> dict:
-        import onnxruntime
+        from importlib.metadata import version  # not importing the runtime here: the workers do
 
-        info = {"runner": self.spec, "onnxruntime": onnxruntime.__version__}
+        info = {"runner": self.spec, "onnxruntime": version("onnxruntime")}
         if self.precision == "fp16":
-            import onnxconverter_common
-
-            info["onnxconverter_common"] = onnxconverter_common.__version__
+            info["onnxconverter_common"] = version("onnxconverter-common")
         return info
 
     def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None) -> dict:

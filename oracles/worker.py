@@ -46,7 +46,7 @@ def _serve(conn, runner_spec: str, factory, log_path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     if factory is None:
         from oracles import make_runner as factory
-    runner = factory(runner_spec)
+    runners = {runner_spec: factory(runner_spec)}  # imported once; a task may name another (the reference)
     log_path = Path(log_path)
     while True:
         try:
@@ -58,6 +58,10 @@ def _serve(conn, runner_spec: str, factory, log_path: str) -> None:
         kind, model_path, feed_paths, extra = task
         start = time.perf_counter()
         try:
+            spec = extra.get("runner_spec", runner_spec)
+            if spec not in runners:
+                runners[spec] = factory(spec)
+            runner = runners[spec]
             with _captured_fds(log_path):
                 feeds = {name: np.load(path, allow_pickle=False) for name, path in feed_paths.items()}
                 if kind == "capture":  # straight to the store: activations never cross the pipe
@@ -100,6 +104,13 @@ class Worker:
         self._conn = None
         self.restarts = 0
 
+    def start(self) -> None:
+        """Spawn the process now, without waiting: it imports its runner while the caller works on."""
+        if self._process is None or not self._process.is_alive():
+            if self._conn is not None:
+                self.restarts += 1
+            self._start()
+
     def _start(self) -> None:
         parent, child = self._context.Pipe()
         if self._log_dir is None:
@@ -113,10 +124,7 @@ class Worker:
         self._conn = parent
 
     def run(self, model_path: Path, feeds: dict[str, Path], timeout: float, kind: str = "run", **extra) -> RunResult:
-        if self._process is None or not self._process.is_alive():
-            if self._conn is not None:  # started before: crashed, killed for a hang, or died idle
-                self.restarts += 1
-            self._start()
+        self.start()  # no-op when warm; a restart after a crash, a hang or an idle death
         start = time.perf_counter()
         self._conn.send((kind, str(model_path), {k: str(v) for k, v in feeds.items()}, extra))
         try:

@@ -95,7 +95,6 @@ class Reduction:
         self.faithful = faithful
         self.jobs = max(1, jobs)
         self.started = time.perf_counter()
-        self._verdict_of_winner: Verdict | None = None
         self.progress = progress or Progress()
         self.counters = Counters()
         self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}")
@@ -219,12 +218,12 @@ class Reduction:
             batch = next(proposals)
             while True:
                 if isinstance(batch, Probe):  # only worth a check where the oracle names failing outputs
-                    layerwise = getattr(self.oracle, "names_failing_outputs", False)
+                    layerwise = self.oracle.names_failing_outputs
                     batch = proposals.send(self.judge(batch.candidate, mark_all=True) if layerwise else None)
                     continue
-                winner = self._first_interesting(batch, strategy.name)
+                winner, verdict = self._first_interesting(batch, strategy.name)
                 if winner is not None:
-                    candidate, verdict = batch[winner], self._verdict_of_winner
+                    candidate = batch[winner]
                     stats.accepted += 1
                     stats.nodes_removed += len(self.best) - len(candidate)
                     self._accept(candidate, verdict, strategy.name)
@@ -235,7 +234,7 @@ class Reduction:
         finally:
             stats.seconds += time.perf_counter() - started
 
-    def _first_interesting(self, batch: list[Candidate], strategy: str) -> int | None:
+    def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
         of candidates is checked at once; the answer is the one checking them in order would give."""
         for start in range(0, len(batch), self.jobs):
@@ -244,9 +243,8 @@ class Reduction:
             self.progress.update(len(self.best), self.counters, strategy)
             for offset, verdict in enumerate(verdicts):
                 if self.interesting(verdict):
-                    self._verdict_of_winner = verdict
-                    return start + offset
-        return None
+                    return start + offset, verdict
+        return None, None
 
     def _accept(self, candidate: Candidate, verdict: Verdict, strategy: str) -> None:
         self.best, self.best_verdict = candidate, verdict

@@ -101,7 +101,7 @@ def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracl
 
 
 def prepare(
-    model_path: str, input_options: InputOptions, out_dir: Path, progress: Progress
+    model_path: str, input_options: InputOptions, out_dir: Path, progress: Progress, worker=None
 ) -> tuple[Model, ActivationStore]:
     """Load and validate the model and inputs, then capture every tensor in one reference run."""
     model = load_model(model_path)
@@ -125,14 +125,16 @@ def prepare(
     capture_path = scratch / "capture.onnx"
     onnx.save(capture_model(model), str(capture_path))  # may keep external references: resolved below
     has_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.initializers.values())
-    worker = Worker(REFERENCE_RUNNER)
+    borrowed = worker is not None  # the oracle's warm worker: one process start less
+    worker = worker or Worker(REFERENCE_RUNNER)
     try:
         result = worker.run(
-            capture_path, feed_paths, DEFAULT_CHECK_TIMEOUT * 4, kind="capture",
+            capture_path, feed_paths, DEFAULT_CHECK_TIMEOUT * 4, kind="capture", runner_spec=REFERENCE_RUNNER,
             store_dir=str(store_dir), key=key, external_dir=str(model.base_dir) if has_external else None,
         )
     finally:
-        worker.close()
+        if not borrowed:
+            worker.close()
     if result.status != "ok":
         raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}")
     store = ActivationStore.open(store_dir, key)
@@ -142,8 +144,12 @@ def prepare(
 def check_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
                 progress: Progress) -> tuple[Verdict, int]:
     """Run the oracle once on the whole model: `onnx-reduce check`."""
-    model, store = prepare(model_path, input_options, out_dir, progress)
     oracle = build_oracle(oracle_options)
+    try:
+        model, store = prepare(model_path, input_options, out_dir, progress, getattr(oracle, "reference_worker", None))
+    except BaseException:
+        oracle.close()
+        raise
     reduction = Reduction(model, store, oracle, out_dir, [], progress=progress)
     try:
         verdict = reduction.start()
@@ -173,7 +179,11 @@ def reduce_model(
     started = time.perf_counter()
     strategies = make_strategies(strategy_names)
     oracle = build_oracle(oracle_options)
-    model, store = prepare(model_path, input_options, out_dir, progress)
+    try:
+        model, store = prepare(model_path, input_options, out_dir, progress, getattr(oracle, "reference_worker", None))
+    except BaseException:
+        oracle.close()
+        raise
     reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, oracle_options.jobs)
     reduction.started = started  # history's seconds count from the start, the reference run included
     report = {
