@@ -141,15 +141,22 @@ def prepare(
     return model, store
 
 
-def check_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
-                progress: Progress) -> tuple[Verdict, int]:
-    """Run the oracle once on the whole model: `onnx-reduce check`."""
+def _oracle_and_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
+                      progress: Progress) -> tuple[Oracle, Model, ActivationStore]:
+    """The oracle first, so that its warm worker boots while the model loads, then runs the reference."""
     oracle = build_oracle(oracle_options)
     try:
         model, store = prepare(model_path, input_options, out_dir, progress, getattr(oracle, "reference_worker", None))
     except BaseException:
         oracle.close()
         raise
+    return oracle, model, store
+
+
+def check_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
+                progress: Progress) -> tuple[Verdict, int]:
+    """Run the oracle once on the whole model: `onnx-reduce check`."""
+    oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
     reduction = Reduction(model, store, oracle, out_dir, [], progress=progress)
     try:
         verdict = reduction.start()
@@ -178,12 +185,7 @@ def reduce_model(
 
     started = time.perf_counter()
     strategies = make_strategies(strategy_names)
-    oracle = build_oracle(oracle_options)
-    try:
-        model, store = prepare(model_path, input_options, out_dir, progress, getattr(oracle, "reference_worker", None))
-    except BaseException:
-        oracle.close()
-        raise
+    oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
     reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, oracle_options.jobs)
     reduction.started = started  # history's seconds count from the start, the reference run included
     report = {
