@@ -94,6 +94,7 @@ class Reduction:
         self.strategies = strategies
         self.faithful = faithful
         self.jobs = max(1, jobs)
+        self._reported_unfaithful: set[str] = set()
         self.started = time.perf_counter()
         self.progress = progress or Progress()
         self.counters = Counters()
@@ -143,8 +144,10 @@ class Reduction:
             reasons = unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value)
             if reasons:
                 self.counters.unfaithful += 1
-                reason = next(iter(reasons.values()))
-                self.progress.message(f"rejected without a check ({len(candidate)} nodes): {reason}")
+                tensor, reason = next(iter(reasons.items()))
+                if tensor not in self._reported_unfaithful:  # once per tensor; the count is in the report
+                    self._reported_unfaithful.add(tensor)
+                    self.progress.message(f"rejected without a check: {reason} (the target cannot hold it)")
                 return None
         self.counters.checks += 1
         stats.checks += 1

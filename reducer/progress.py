@@ -19,7 +19,7 @@ class PlainProgress(Progress):
     def _line(self, nodes: int, counters: Counters, strategy: str) -> str:
         return (
             f"[{time.perf_counter() - self.started:7.1f}s] {strategy:<8} nodes {nodes:>6}  "
-            f"checks {counters.checks:>5}  cache hits {counters.cache_hits:>5}"
+            f"checks {counters.checks:>5}  cache hits {counters.cache_hits:>5}  unfaithful {counters.unfaithful:>4}"
         )
 
     def update(self, nodes: int, counters: Counters, strategy: str) -> None:
