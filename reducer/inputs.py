@@ -99,7 +99,7 @@ def prepare_inputs(
         if shape is None:
             shape = tuple(d if isinstance(d, int) else DEFAULT_DYNAMIC_DIM for d in declared)
         _check_shape(name, shape, declared, "--input-shapes")
-        feeds[name] = _generate(rng, shape, dtype, input_range)
+        feeds[name] = _generate(rng, shape, dtype, input_range, name)
     return feeds
 
 
@@ -122,7 +122,16 @@ def _check_shape(name: str, shape: tuple[int, ...], declared: list, source: str)
             )
 
 
-def _generate(rng: np.random.Generator, shape, dtype: np.dtype, input_range) -> np.ndarray:
+MAX_GENERATED_BYTES = 2 << 30  # a hostile or mistyped shape must not exhaust memory
+
+
+def _generate(rng: np.random.Generator, shape, dtype: np.dtype, input_range, name: str = "") -> np.ndarray:
+    size = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    if size > MAX_GENERATED_BYTES:
+        raise BadInputsError(
+            f"input '{name}': shape {list(shape)} would take {size / (1 << 30):.1f} GiB; "
+            "give smaller --input-shapes or the data itself with --inputs"
+        )
     low, high = input_range
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)

@@ -160,6 +160,8 @@ def test_inputs_from_npz_polygraphy_json_and_seed(tmp_path):
     np.testing.assert_array_equal(generated["x"], again["x"])
     with pytest.raises(BadInputsError, match="declares"):
         prepare_inputs(model, None, parse_input_shapes(["x:[5,15]"]), 0, (0, 1))
+    with pytest.raises(BadInputsError, match="GiB"):  # refused before anything is allocated
+        prepare_inputs(model, None, parse_input_shapes(["x:[100000000000,16]"]), 0, (0, 1))
 
 
 def test_dynamic_model_reduces_with_input_shapes(tmp_path):
