@@ -65,13 +65,15 @@ class ToleranceCheck:
     def __init__(self, atol: float, rtol: float):
         self.atol, self.rtol = atol, rtol
 
-    def mismatches(self, target: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    def mismatches(self, target: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The elements that mismatch, and the absolute differences (for the report)."""
         target, expected = np.asarray(target, dtype=np.float64), np.asarray(ref, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             absdiff = np.abs(target - expected)
             denominator = np.where(expected == 0, np.finfo(np.float64).eps, np.abs(expected))
             reldiff = absdiff / denominator
-        return ((absdiff > self.atol) | np.isnan(absdiff)) & ((reldiff > self.rtol) | np.isnan(reldiff))
+        bad = ((absdiff > self.atol) | np.isnan(absdiff)) & ((reldiff > self.rtol) | np.isnan(reldiff))
+        return bad, absdiff
 
     def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict:
         if result.status != "ok":
@@ -88,10 +90,9 @@ class ToleranceCheck:
                 continue
             if value.dtype.kind not in "fciu" or value.size == 0:
                 continue
-            bad = self.mismatches(value, ref)
+            bad, diff = self.mismatches(value, ref)
             if bad.any():
                 failing.append(name)
-                diff = np.abs(value.astype(np.float64) - np.asarray(ref, dtype=np.float64))
                 finite = np.isfinite(diff)
                 worst = float(diff[finite].max()) if finite.any() else float("nan")
                 notes.append(f"{name}: {int(bad.sum())} of {value.size} mismatched, max abs diff {worst:.4g}")

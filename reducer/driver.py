@@ -86,6 +86,7 @@ class Reduction:
         faithful: bool = True,
         progress: Progress | None = None,
         jobs: int = 1,
+        started: float | None = None,  # when the job began: history's seconds count from there
     ):
         self.model = model
         self.store = store
@@ -95,7 +96,7 @@ class Reduction:
         self.faithful = faithful
         self.jobs = max(1, jobs)
         self._reported_unfaithful: set[str] = set()
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started
         self.progress = progress or Progress()
         self.counters = Counters()
         self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}")

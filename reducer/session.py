@@ -186,8 +186,7 @@ def reduce_model(
     started = time.perf_counter()
     strategies = make_strategies(strategy_names)
     oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
-    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, oracle_options.jobs)
-    reduction.started = started  # history's seconds count from the start, the reference run included
+    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, oracle_options.jobs, started)
     report = {
         "status": "interrupted",
         "model": str(model_path),
