@@ -92,6 +92,15 @@ class Runner(Protocol):
         """Return outputs by name; raise with a clear message on a build or run error."""
         ...
 
+    def describe(self) -> dict:
+        """Versions and settings that decide its results (the cache fingerprint, env.json)."""
+        ...
+
+    def unavailable_reason(self) -> str | None:
+        """Why it cannot run on this machine (a runtime, a GPU or a provider missing), or None. Cheap: it
+        runs in the driver process, which never builds an engine."""
+        ...
+
 
 class Check(Protocol):
     """Turns what a runner produced, and the reference values, into a verdict."""

@@ -46,6 +46,25 @@ class OnnxRuntimeRunner:
             info["onnxconverter_common"] = version("onnxconverter-common")
         return info
 
+    def unavailable_reason(self) -> str | None:
+        """Why this runner cannot run on this machine, or None when it can."""
+        from importlib.util import find_spec
+
+        if find_spec("onnxruntime") is None:
+            return "onnxruntime is not installed"
+        if self.precision == "fp16" and find_spec("onnxconverter_common") is None:
+            return "onnxconverter-common (the fp16 converter) is not installed"
+        return None
+
+    def executed_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """The model as this runner executes it (converted to fp16, rounded through fp16, or as it is):
+        what a standalone repro feeds to a plain ONNX Runtime session."""
+        if self.precision == "fp16":
+            return _to_fp16(model)
+        if self.precision == "fp16-storage":
+            return fp16_storage(model)
+        return model
+
     def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None) -> dict:
         session = self._session(model_path, external_dir)
         names = [o.name for o in session.get_outputs()]
@@ -73,10 +92,8 @@ class OnnxRuntimeRunner:
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
         options.log_severity_level = 3
-        if self.precision == "fp16":
-            source = _to_fp16(onnx.load(str(model_path))).SerializeToString()
-        elif self.precision == "fp16-storage":
-            source = fp16_storage(onnx.load(str(model_path))).SerializeToString()
+        if self.precision != "fp32":
+            source = self.executed_model(onnx.load(str(model_path))).SerializeToString()
         elif external_dir is not None:
             source = Path(model_path).read_bytes()
             # weights stay where the original model keeps them; ORT reads them from there

@@ -6,7 +6,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +191,8 @@ def reduce_model(
         "status": "interrupted",
         "model": str(model_path),
         "oracle": oracle.description,
+        "oracle_options": asdict(oracle_options),  # what `bundle verify` rebuilds the oracle from
+        "environment": getattr(oracle, "environment", {}),
         "nodes_before": len(model),
         "nodes_after": len(model),
     }
