@@ -13,6 +13,7 @@ from reducer.errors import UsageError
 
 BUILTIN_RUNNERS = {
     "onnxruntime": "oracles.onnxruntime_runner:OnnxRuntimeRunner",
+    "tensorrt": "oracles.tensorrt_runner:TensorRTRunner",
 }
 
 

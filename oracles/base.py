@@ -24,7 +24,7 @@ def signal_name(number: int) -> str:
 class RunResult:
     """What one runner execution produced: outputs, or an error / crash / timeout with its log."""
 
-    status: str  # "ok" | "error" | "crash" | "timeout"
+    status: str  # "ok" | "error" | "crash" | "timeout" | "unavailable" (the runner cannot run here at all)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     error: str = ""
     log: str = ""
@@ -68,18 +68,28 @@ class Verdict:
     signature: Signature | None = None
     reason: str = ""
     log: str = ""  # not cached: only kept for the current best
+    runs: tuple[int, int] | None = None  # (failing, made) when the oracle repeats runs (--repeat)
+
+    @property
+    def flaky(self) -> bool:
+        """Some runs failed and some passed."""
+        return self.runs is not None and 0 < self.runs[0] < self.runs[1]
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "failing": self.failing,
             "signature": self.signature.to_json() if self.signature else None,
             "reason": self.reason,
         }
+        if self.runs is not None:
+            data["runs"] = list(self.runs)
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Verdict:
         signature = Signature.from_json(data["signature"]) if data.get("signature") else None
-        return cls(data["failing"], signature, data.get("reason", ""))
+        runs = tuple(data["runs"]) if data.get("runs") else None
+        return cls(data["failing"], signature, data.get("reason", ""), runs=runs)
 
 
 class Runner(Protocol):

@@ -1,4 +1,4 @@
-"""A built-in oracle: one runner in a warm isolated worker, and one check against the reference."""
+"""A built-in oracle: one runner in warm isolated workers, and one check against the reference."""
 
 from __future__ import annotations
 
@@ -10,12 +10,29 @@ from oracles import make_runner
 from oracles.base import Check, CheckJob, Verdict
 from oracles.worker import Worker
 from reducer.candidate import save_model
+from reducer.errors import RunnerUnavailableError
+
+
+def worker_environments(uses_gpu: bool, jobs: int | None) -> list[dict[str, str]]:
+    """One environment per worker. GPU runners get one worker per visible GPU by default, each pinned to
+    its GPU with CUDA_VISIBLE_DEVICES (more jobs than GPUs share them round-robin)."""
+    if not uses_gpu:
+        return [{} for _ in range(jobs or 1)]
+    from oracles.gpu import visible_gpus
+
+    gpus = [g.index for g in visible_gpus()] or ["0"]
+    return [{"CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)]} for k in range(jobs or len(gpus))]
 
 
 class BuiltinOracle:
     names_failing_outputs = True  # its checks say which outputs fail: layerwise probes are worth a check
-    def __init__(self, runner_spec: str, check: Check, timeout: float, check_params: dict, jobs: int = 1):
+
+    def __init__(self, runner_spec: str, check: Check, timeout: float, check_params: dict, jobs: int | None = 1,
+                 env: dict[str, str] | None = None):
         runner = make_runner(runner_spec)  # validates the spec here, before any worker starts
+        why_not = runner.unavailable_reason()
+        if why_not:
+            raise RunnerUnavailableError(f"runner {runner.spec} cannot run here: {why_not}")
         self.runner_spec = runner.spec
         self.check = check
         self.timeout = timeout
@@ -24,16 +41,18 @@ class BuiltinOracle:
         self.description = f"{runner.spec} --fail-on {check.name}"
         identity = {"runner": self.environment, "check": check.name, **check_params}
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-        self._workers = [Worker(runner.spec) for _ in range(max(1, jobs))]
+        self.environments = worker_environments(getattr(runner, "uses_gpu", False), jobs)
+        self._workers = [Worker(runner.spec, env={**placement, **(env or {})}) for placement in self.environments]
+        self.jobs = len(self._workers)
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self._workers:
             worker.start()  # they import their runtime while the model loads
             self._idle.put(worker)
 
     @property
-    def reference_worker(self) -> Worker:
-        """A warm worker the reference run can borrow before the search starts."""
-        return self._workers[0]
+    def reference_worker(self) -> Worker | None:
+        """A warm worker the reference run (ONNX Runtime on the CPU) can borrow before the search starts."""
+        return None if self.environments[0] else self._workers[0]
 
     def judge(self, job: CheckJob) -> Verdict:
         path = job.workdir / "candidate.onnx"
@@ -43,6 +62,8 @@ class BuiltinOracle:
             result = worker.run(path, job.feeds, self.timeout)
         finally:
             self._idle.put(worker)
+        if result.status == "unavailable":
+            raise RunnerUnavailableError(f"runner {self.runner_spec} cannot run here: {result.error}")
         verdict = self.check.judge(result, job.reference)
         verdict.log = result.text
         return verdict
@@ -50,3 +71,4 @@ class BuiltinOracle:
     def close(self) -> None:
         for worker in self._workers:
             worker.close()
+

@@ -1,4 +1,9 @@
-"""ONNX Runtime runner: `onnxruntime:cpu:fp32|fp16|fp16-storage[:O0|O1|O2|O3]`."""
+"""ONNX Runtime runner: `onnxruntime:DEVICE:PRECISION[:OPTION...]`.
+
+DEVICE cpu | cuda | tensorrt (ONNX Runtime's TensorRT execution provider); PRECISION fp32 | fp16 |
+fp16-storage (cpu only); OPTIONs: O0..O3 (graph optimization level, default O3, ORT's own default) and,
+on cuda, tf32 | notf32 (TF32 matmuls and convolutions; on by default, as in ONNX Runtime).
+"""
 
 from __future__ import annotations
 
@@ -11,39 +16,74 @@ from reducer.errors import UsageError
 
 FP16_MAX = 65504.0
 LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
-PRECISIONS = ("fp32", "fp16", "fp16-storage")
-DEVICES = ("cpu",)
+PRECISIONS = {"cpu": ("fp32", "fp16", "fp16-storage"), "cuda": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16")}
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 CAPTURE_BUDGET_BYTES = 256 << 20
+
+
+class RunnerUnavailableError(RuntimeError):
+    """The runtime cannot run this spec here at all (a provider that does not load): not a verdict."""
+
+    unavailable = True
+
+
+def ort_version() -> str | None:
+    """The version of the onnxruntime that imports (onnxruntime or onnxruntime-gpu, whichever is first on
+    the path: both install the same module, so distribution metadata can name the wrong one)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return onnxruntime.__version__
 
 
 class OnnxRuntimeRunner:
     """fp16: the model converted by onnxconverter-common with fp32 inputs and outputs kept, as
     deployment engineers do. On the CPU, ONNX Runtime computes most fp16 ops in fp32 (it inserts casts
-    around ops without fp16 kernels), so this finds fp16 weight and conversion bugs, not overflow.
-    fp16-storage: every float tensor rounded to fp16 where it is produced, compute in fp32 — how a GPU
-    engine's fp16 activations overflow (|x| > 65504 becomes Inf), emulated on the CPU.
-    The default optimization level is ORT's own default (O3)."""
+    around ops without fp16 kernels), so this finds fp16 weight and conversion bugs, not overflow; on
+    cuda the fp16 kernels run for real. fp16-storage: every float tensor rounded to fp16 where it is
+    produced, compute in fp32 — how a GPU engine's fp16 activations overflow (|x| > 65504 becomes Inf),
+    emulated on the CPU."""
+
+    uses_gpu = False
 
     def __init__(self, spec: str):
         parts = spec.split(":")
         device = parts[1] if len(parts) > 1 else "cpu"
         precision = parts[2] if len(parts) > 2 else "fp32"
-        level = parts[3] if len(parts) > 3 else "O3"
-        if device not in DEVICES or precision not in PRECISIONS or level not in LEVELS or len(parts) > 4:
+        options = parts[3:]
+        levels = [o for o in options if o in LEVELS]
+        tf32 = [o for o in options if o in ("tf32", "notf32")]
+        valid = (
+            device in PRECISIONS
+            and precision in PRECISIONS[device]
+            and len(levels) <= 1
+            and len(tf32) <= (1 if device == "cuda" else 0)
+            and len(levels) + len(tf32) == len(options)
+        )
+        if not valid:
             raise UsageError(
-                f"unknown runner '{spec}': expected onnxruntime:{'|'.join(DEVICES)}:"
-                f"{'|'.join(PRECISIONS)}[:{'|'.join(LEVELS)}]"
+                f"unknown runner '{spec}': expected onnxruntime:cpu:fp32|fp16|fp16-storage[:O0-O3], "
+                "onnxruntime:cuda:fp32|fp16[:tf32|notf32][:O0-O3] or onnxruntime:tensorrt:fp32|fp16[:O0-O3]"
             )
-        self.spec = f"onnxruntime:{device}:{precision}:{level}"
-        self.device, self.precision, self.level = device, precision, level
+        self.device, self.precision = device, precision
+        self.level = levels[0] if levels else "O3"
+        self.tf32 = (tf32 or ["tf32"])[0] == "tf32" if device == "cuda" else None
+        flavour = [] if self.tf32 is None else ["tf32" if self.tf32 else "notf32"]
+        self.spec = ":".join(["onnxruntime", device, precision, *flavour, self.level])
+        self.uses_gpu = device != "cpu"
         self.max_abs_value = FP16_MAX if precision.startswith("fp16") else None
 
     def describe(self) -> dict:
-        from importlib.metadata import version  # not importing the runtime here: the workers do
-
-        info = {"runner": self.spec, "onnxruntime": version("onnxruntime")}
+        info = {"runner": self.spec, "onnxruntime": ort_version()}
         if self.precision == "fp16":
+            from importlib.metadata import version  # not importing the runtime here: the workers do
+
             info["onnxconverter_common"] = version("onnxconverter-common")
+        if self.uses_gpu:
+            from oracles.gpu import describe_gpus
+
+            info["gpus"] = describe_gpus()
         return info
 
     def unavailable_reason(self) -> str | None:
@@ -54,12 +94,23 @@ class OnnxRuntimeRunner:
             return "onnxruntime is not installed"
         if self.precision == "fp16" and find_spec("onnxconverter_common") is None:
             return "onnxconverter-common (the fp16 converter) is not installed"
+        if not self.uses_gpu:
+            return None
+        from oracles.gpu import why_no_gpu
+
+        if why_no_gpu():
+            return why_no_gpu()
+        import onnxruntime as ort
+
+        if PROVIDERS[self.device] not in ort.get_available_providers():
+            return (f"this onnxruntime ({ort_version()}) has no {PROVIDERS[self.device]} "
+                    f"(it has {', '.join(ort.get_available_providers())}); install onnxruntime-gpu")
         return None
 
     def executed_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The model as this runner executes it (converted to fp16, rounded through fp16, or as it is):
         what a standalone repro feeds to a plain ONNX Runtime session."""
-        if self.precision == "fp16":
+        if self.precision == "fp16" and self.device != "tensorrt":  # TensorRT's EP takes fp32 + its fp16 flag
             return _to_fp16(model)
         if self.precision == "fp16-storage":
             return fp16_storage(model)
@@ -91,7 +142,7 @@ class OnnxRuntimeRunner:
 
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
-        options.log_severity_level = 3
+        options.log_severity_level = 2 if self.uses_gpu else 3  # a GPU provider's load failure is a warning
         if self.precision != "fp32":
             source = self.executed_model(onnx.load(str(model_path))).SerializeToString()
         elif external_dir is not None:
@@ -102,7 +153,22 @@ class OnnxRuntimeRunner:
             )
         else:
             source = str(model_path)
-        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        if not self.uses_gpu:
+            return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        if hasattr(ort, "preload_dlls"):  # finds the CUDA/cuDNN libraries pip or the system installed
+            ort.preload_dlls()
+        cuda = ("CUDAExecutionProvider", {"device_id": 0, "use_tf32": "1" if self.tf32 is not False else "0"})
+        providers = [cuda, "CPUExecutionProvider"]  # CPU for the ops CUDA has no kernel for, as users run it
+        if self.device == "tensorrt":
+            trt = {"device_id": 0, "trt_fp16_enable": self.precision == "fp16", "trt_engine_cache_enable": False}
+            providers.insert(0, ("TensorrtExecutionProvider", trt))
+        session = ort.InferenceSession(source, options, providers=providers)
+        if PROVIDERS[self.device] not in session.get_providers():  # ORT falls back to the CPU silently
+            raise RunnerUnavailableError(
+                f"{PROVIDERS[self.device]} did not load (ONNX Runtime fell back to {session.get_providers()}); "
+                "see the log for the library it could not find"
+            )
+        return session
 
 
 def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:

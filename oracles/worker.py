@@ -41,8 +41,9 @@ def _read_tail(path: Path) -> str:
         return ""
 
 
-def _serve(conn, runner_spec: str, factory, log_path: str) -> None:
+def _serve(conn, runner_spec: str, factory, log_path: str, env: dict[str, str]) -> None:
     os.setsid()  # its own process group: killing a hung worker kills what its runner started too
+    os.environ.update(env)  # e.g. CUDA_VISIBLE_DEVICES: set before any runtime is imported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     if factory is None:
         from oracles import make_runner as factory
@@ -71,7 +72,8 @@ def _serve(conn, runner_spec: str, factory, log_path: str) -> None:
                     outputs = runner.run(Path(model_path), feeds, extra.get("external_dir"))
             result = RunResult("ok", outputs)
         except Exception as exc:  # a runner's build or run error is data, not a worker failure
-            result = RunResult("error", error=f"{type(exc).__name__}: {exc}")
+            status = "unavailable" if getattr(exc, "unavailable", False) else "error"
+            result = RunResult(status, error=f"{type(exc).__name__}: {exc}")
         result.log = _read_tail(log_path)
         result.seconds = time.perf_counter() - start
         conn.send(result)
@@ -93,11 +95,13 @@ def _capture(runner, model_path: Path, feeds: dict, extra: dict) -> None:
 class Worker:
     """One warm worker process for one runner; restarted after it dies or is killed for a hang."""
 
-    def __init__(self, runner_spec: str, factory=None):
+    def __init__(self, runner_spec: str, factory=None, env: dict[str, str] | None = None):
         """`factory(spec)` builds the runner in the worker (default: the registry); it must be importable
-        by name, since the worker is a fresh process."""
+        by name, since the worker is a fresh process. `env` is set in the worker before anything runs
+        (a GPU worker's CUDA_VISIBLE_DEVICES)."""
         self.runner_spec = runner_spec
         self.factory = factory
+        self.env = dict(env or {})
         self._log_dir: str | None = None
         self._context = multiprocessing.get_context("spawn")  # no fork after threads or GPU libraries
         self._process = None
@@ -117,7 +121,7 @@ class Worker:
             self._log_dir = tempfile.mkdtemp(prefix="onnx-reduce-worker-")
         log_path = os.path.join(self._log_dir, "run.log")
         self._process = self._context.Process(
-            target=_serve, args=(child, self.runner_spec, self.factory, log_path), daemon=True
+            target=_serve, args=(child, self.runner_spec, self.factory, log_path, self.env), daemon=True
         )
         self._process.start()
         child.close()

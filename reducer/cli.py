@@ -41,7 +41,10 @@ input_options = _compose(
 
 oracle_options = _compose(
     click.option("--runner", default="onnxruntime:cpu:fp16", show_default=True,
-                 help="Target runner: onnxruntime:cpu:fp32|fp16[:O0|O1|O2|O3]."),
+                 help="Target runner: onnxruntime:cpu:fp32|fp16|fp16-storage[:O0-O3], "
+                 "onnxruntime:cuda:fp32|fp16[:tf32|notf32][:O0-O3], onnxruntime:tensorrt:fp32|fp16, "
+                 "tensorrt:fp32|tf32|fp16|bf16|int8|fp8|best. "
+                 "`onnx-reduce doctor` lists those usable here."),
     click.option("--fail-on", "fail_on", type=click.Choice(["nan", "tolerance", "error"]), default="nan",
                  show_default=True, help="What counts as failing, against the fp32 reference."),
     click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance (--fail-on tolerance)."),
@@ -56,6 +59,10 @@ oracle_options = _compose(
                  help="--check exit codes that count as passing."),
     click.option("--check-timeout", "check_timeout", default=DEFAULT_CHECK_TIMEOUT, show_default=True,
                  help="Seconds before a check is killed; a hang is a verdict."),
+    click.option("--repeat", "repeat", default=1, show_default=True, metavar="N",
+                 help="Runs per candidate, for flaky targets (engine builds differ from build to build)."),
+    click.option("--min-fails", "min_fails", default=1, show_default=True, metavar="K",
+                 help="Failing runs, of --repeat N, that make a candidate failing."),
     click.option("--faithful-max", "faithful_max", type=float, default=None,
                  help="Largest magnitude the target holds, for the faithfulness rule. Default: the runner's "
                  "(65504 for fp16); none for --check commands (say 65504 when the command runs fp16)."),
@@ -88,6 +95,8 @@ def _oracle_options(kwargs, check_command: list[str]) -> OracleOptions:
         check_command=check_command,
         check_timeout=kwargs["check_timeout"],
         faithful_max=kwargs["faithful_max"],
+        repeat=kwargs["repeat"],
+        min_fails=kwargs["min_fails"],
     )
 
 
@@ -114,8 +123,9 @@ def cli() -> None:
 @output_option
 @click.option("--strategy", "strategy", default=None, metavar="A,B,...",
               help="Strategies to run, in order (default: cone,bisect,regions,ddmin,linear).")
-@click.option("--jobs", "jobs", default=1, show_default=True,
-              help="Candidates checked at once (warm workers or commands); the result is the same as with 1.")
+@click.option("--jobs", "jobs", type=int, default=None,
+              help="Candidates checked at once (warm workers or commands); the result is the same as with 1. "
+              "Default: 1, or one per visible GPU for GPU runners.")
 @click.option("--no-faithful", "no_faithful", is_flag=True,
               help="Also check candidates whose cut inputs hold values the target cannot represent.")
 @json_option
@@ -172,6 +182,18 @@ def check(ctx, model, output, as_json, **kwargs) -> None:
     ctx.exit(1 if verdict.failing else 0)  # like `polygraphy run`: usable as a --check command itself
 
 
+@cli.command(help="Say which runners work on this machine (a small real model run through each) and why the "
+             "others do not: TensorRT flavour and version, GPUs, CUDA driver, ONNX Runtime providers.")
+@click.option("--runner", "runners", multiple=True, metavar="SPEC", help="Diagnose these runners only.")
+@click.option("--no-probe", "no_probe", is_flag=True, help="Only the cheap checks: run no model.")
+@json_option
+def doctor(runners, no_probe, as_json) -> None:
+    from reducer.doctor import diagnose, render
+
+    report = diagnose(list(runners) or None, probe=not no_probe)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
 def _summary(report: dict, out_dir: Path) -> str:
     status = report["status"]
     figures = (f"{report['nodes_before']} -> {report['nodes_after']} nodes in {report.get('checks', 0)} checks "
@@ -180,6 +202,9 @@ def _summary(report: dict, out_dir: Path) -> str:
         return f"reduced {figures}: {out_dir / report['minimal']} fails with {_signature(report)}"
     if status == "not-failing":
         return f"not failing: {report.get('original', {}).get('reason', '')} (nothing to reduce)"
+    if status == "flaky":
+        return (f"flaky: {report.get('original', {}).get('reason', '')}; try more --repeat runs or a lower "
+                "--min-fails")
     if status == "interrupted":
         return f"interrupted after {figures}; {out_dir / 'minimal.onnx'} holds the best so far"
     return f"{status}: {figures}; the final model did not fail again on a re-check (flaky oracle?)"

@@ -25,3 +25,7 @@ class BadInputsError(ReducerError):
 
 class UsageError(ReducerError):
     pass
+
+
+class RunnerUnavailableError(ReducerError):
+    """The runner cannot run on this machine (runtime, GPU or provider missing): `onnx-reduce doctor` says more."""

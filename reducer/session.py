@@ -36,7 +36,9 @@ class OracleOptions:
     check_command: list[str] = field(default_factory=list)
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
     faithful_max: float | None = None  # overrides the runner's bound; a --check command has none
-    jobs: int = 1  # candidates checked at once
+    jobs: int | None = None  # candidates checked at once; None: 1, or one per visible GPU for GPU runners
+    repeat: int = 1  # runs per candidate (engine builds are not deterministic)
+    min_fails: int = 1  # failing runs, of `repeat`, that make a candidate failing
 
 
 @dataclass
@@ -62,13 +64,19 @@ def build_oracle(options: OracleOptions) -> Oracle:
     ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
     if options.check_timeout <= 0:
         raise UsageError("--check-timeout must be positive")
-    if options.jobs < 1:
+    if options.jobs is not None and options.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if options.faithful_max is not None and not options.faithful_max > 0:
         raise UsageError("--faithful-max must be positive")
+    if options.repeat < 1 or not 1 <= options.min_fails <= options.repeat:
+        raise UsageError("--repeat must be at least 1 and --min-fails between 1 and --repeat")
     oracle = _build_oracle(options, fail_regexes, ignore_regexes)
     if options.faithful_max is not None:
         oracle.max_abs_value = options.faithful_max
+    if options.repeat > 1:
+        from oracles.repeat import RepeatedOracle
+
+        oracle = RepeatedOracle(oracle, options.repeat, options.min_fails)
     return oracle
 
 
@@ -97,7 +105,9 @@ def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracl
         check, params = ErrorCheck(fail_regexes), {"fail_regex": options.fail_regex}
     else:
         raise UsageError(f"unknown --fail-on '{options.fail_on}' (known: nan, tolerance, error)")
-    return BuiltinOracle(options.runner, check, options.check_timeout, params, options.jobs)
+    # repeated runs are for flaky builds: a shared timing cache would make every rebuild pick the same tactics
+    env = {"ONNX_REDUCE_TRT_TIMING_CACHE": "0"} if options.repeat > 1 else {}
+    return BuiltinOracle(options.runner, check, options.check_timeout, params, options.jobs, env)
 
 
 def prepare(
@@ -186,7 +196,8 @@ def reduce_model(
     started = time.perf_counter()
     strategies = make_strategies(strategy_names)
     oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
-    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, oracle_options.jobs, started)
+    jobs = getattr(oracle, "jobs", None) or oracle_options.jobs or 1
+    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, jobs, started)
     report = {
         "status": "interrupted",
         "model": str(model_path),
@@ -201,7 +212,8 @@ def reduce_model(
         original = reduction.start()
         report["original"] = {"failing": original.failing, "reason": original.reason}
         if not original.failing or not _is_the_failure_asked_for(original, oracle_options):
-            report["status"] = "not-failing"
+            # a failure that shows in some runs only is reported as flaky, not dropped as a pass
+            report["status"] = "flaky" if original.runs and original.runs[0] else "not-failing"
             code = errors.EXIT_NOT_FAILING
             return report, code
         reduction.write_best()
@@ -220,7 +232,10 @@ def reduce_model(
         raise
     finally:
         report.update(_figures(reduction, started))
-        if report["status"] != "not-failing" and (out_dir / MINIMAL).exists():
+        if hasattr(oracle, "flakiness"):
+            report["flakiness"] = {"repeat": oracle.repeat, "min_fails": oracle.min_fails,
+                                   **oracle.flakiness.to_json()}
+        if report["status"] not in ("not-failing", "flaky") and (out_dir / MINIMAL).exists():
             report["minimal"] = MINIMAL
             report["minimal_inputs"] = reduction.write_best_inputs().name
         write_report(out_dir, report)

@@ -1,8 +1,9 @@
 """A self-contained check command, usable by `polygraphy debug reduce --check` and `onnx-reduce --check`
 alike: run MODEL on the fp32 reference and on the target runner with inputs from a Polygraphy JSON
 (or .npz; names the model does not take are ignored, as Polygraphy does). Exit 0: passes; 1: fails
-the way asked (NaN/Inf or tolerance); 3: the target runner raised (another failure, so that a
-reducer using `--fail-code 1` does not slip to it).
+the way asked (NaN/Inf, tolerance, or with `--fail-on error` the target raised and --fail-regex matched
+its message); 3: another failure (the target raised otherwise), so that a reducer using `--fail-code 1`
+does not slip to it.
 
     python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json \
         --runner onnxruntime:cpu:fp16-storage --fail-on nan
@@ -11,6 +12,7 @@ reducer using `--fail-code 1` does not slip to it).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import numpy as np
@@ -28,7 +30,8 @@ def main() -> int:
     parser.add_argument("model")
     parser.add_argument("inputs")
     parser.add_argument("--runner", default="onnxruntime:cpu:fp16-storage")
-    parser.add_argument("--fail-on", choices=["nan", "tolerance"], default="nan")
+    parser.add_argument("--fail-on", choices=["nan", "tolerance", "error"], default="nan")
+    parser.add_argument("--fail-regex", default="", help="with --fail-on error: what the error must say")
     parser.add_argument("--atol", type=float, default=1e-5)
     parser.add_argument("--rtol", type=float, default=1e-5)
     args = parser.parse_args()
@@ -42,9 +45,20 @@ def main() -> int:
         print(f"no data for inputs {missing}", file=sys.stderr)
         return 2
     feeds = {name: np.asarray(data[name]) for name in wanted}
+    target = make_runner(args.runner)
+    if args.fail_on == "error":  # a build or parse failure: no reference needed
+        try:
+            target.run(args.model, feeds, None)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            matched = re.search(args.fail_regex, message) is not None
+            print(f"{'FAIL' if matched else 'OTHER ERROR'}: {message[:500]}")
+            return 1 if matched else 3
+        print("PASS: the target ran")
+        return 0
     reference = make_runner(REFERENCE_RUNNER).run(args.model, feeds, None)
     try:
-        result = RunResult("ok", make_runner(args.runner).run(args.model, feeds, None))
+        result = RunResult("ok", target.run(args.model, feeds, None))
     except Exception as exc:
         result = RunResult("error", error=str(exc))
     check = NanCheck() if args.fail_on == "nan" else ToleranceCheck(args.atol, args.rtol)

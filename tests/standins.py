@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODES = ("ok", "raise", "segv", "abort", "hang")
+MODES = ("ok", "raise", "segv", "abort", "hang", "flaky", "env", "unavailable")
 
 _made = 0  # how many runners this process built: a warm worker builds one
 
@@ -53,6 +53,16 @@ class StandinRunner:
             os.write(2, b"fd-level stderr: builder log line\n")
             ctypes.CDLL(None).perror(b"c-level stderr")  # libc writes straight to fd 2
             raise RuntimeError("boom: parse failed")
+        if mode == "flaky":  # fails every other run, like a build that picks a bad tactic half the time
+            if self.runs % 2 == 0:
+                raise RuntimeError("boom: flaky tactic")
+            return {"sum": np.array([1.0])}
+        if mode == "env":
+            return {"cuda_visible_devices": np.array([int(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))])}
+        if mode == "unavailable":
+            error = RuntimeError("no such provider here")
+            error.unavailable = True
+            raise error
         if mode == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if mode == "abort":

@@ -1,0 +1,5 @@
+"""`python -m reducer` is `onnx-reduce`."""
+
+from reducer.cli import main
+
+main()

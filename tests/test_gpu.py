@@ -1,0 +1,76 @@
+"""GPU runners on a real GPU (marked `gpu`; skipped with the reason on machines where the runner cannot
+run, e.g. CI). Their figures on an H100 are in BENCHMARKS.md (scripts/gpu_proof.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from oracles import make_runner
+from oracles.worker import Worker
+from reducer.doctor import probe_model
+
+ROOT = Path(__file__).resolve().parent.parent
+REC = ROOT / "corpus" / "models" / "ch_PP-OCRv4_rec_infer.onnx"
+REC_INPUTS = ROOT / "corpus" / "inputs" / "ppocrv4_rec_textline_rawpixels.npz"
+
+pytestmark = pytest.mark.gpu
+
+
+def _needs(spec: str) -> None:
+    why = make_runner(spec).unavailable_reason()
+    if why:
+        pytest.skip(f"{spec} cannot run here: {why}")
+
+
+def _probe(spec: str, tmp_path: Path):
+    model, feeds, expected = probe_model()
+    onnx.save(model, str(tmp_path / "probe.onnx"))
+    np.save(tmp_path / "x.npy", feeds["x"])
+    from oracles.builtin import worker_environments
+
+    worker = Worker(make_runner(spec).spec, env=worker_environments(True, 1)[0])
+    try:
+        return worker.run(tmp_path / "probe.onnx", {"x": tmp_path / "x.npy"}, 300), expected
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("spec", ["onnxruntime:cuda:fp32:notf32", "onnxruntime:cuda:fp16"])
+def test_cuda_runner_computes_on_the_gpu(spec, tmp_path):
+    _needs(spec)
+    result, expected = _probe(spec, tmp_path)
+    assert result.status == "ok", result.error
+    assert np.allclose(result.outputs["y"], expected, atol=0.05, rtol=0.05)
+
+
+def test_tensorrt_builds_and_runs_or_says_exactly_why_not(tmp_path):
+    _needs("tensorrt:fp32")
+    result, expected = _probe("tensorrt:fp32", tmp_path)
+    assert "[onnx-reduce] tensorrt:fp32 with tensorrt" in result.log  # the flavour, in every log
+    assert "[TRT] [V]" in result.log  # the builder log, verbose
+    if result.status == "ok":
+        assert np.allclose(result.outputs["y"], expected, atol=1e-3)
+    else:  # built, but the runtime cannot execute on this GPU (TensorRT-RTX on compute capability 9.0)
+        assert result.error.startswith("TensorRTEngineError"), result.error
+
+
+def test_cuda_fp16_nan_is_reduced_on_the_gpu(tmp_path):
+    _needs("onnxruntime:cuda:fp16")
+    if not REC.exists():
+        pytest.skip("corpus model not fetched: python scripts/fetch_corpus.py")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(REC), "--inputs", str(REC_INPUTS),
+                           "--runner", "onnxruntime:cuda:fp16", "--fail-on", "nan", "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert report["signature"]["kind"] == "nan"
+    assert report["nodes_after"] <= 10 < report["nodes_before"]
