@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from oracles.base import CheckJob, Signature, Verdict
+from oracles.command import POLYGRAPHY_ARTIFACT
 from reducer import environment
 from reducer.driver import MINIMAL
 from reducer.errors import ReducerError, UsageError
@@ -33,6 +34,7 @@ MAX_MEMBERS = 10_000
 MAX_UNPACKED_BYTES = 4 << 30
 MAX_RATIO = 1000  # unpacked / packed, for members above a few MB: a zip bomb
 LOG_CHARS = 64_000
+SHIPPED_FILE_MAX_BYTES = 1 << 20
 
 # exit codes of `bundle verify`
 REPRODUCED, NOT_REPRODUCED, CANNOT_RUN = 0, 1, 2
@@ -131,7 +133,9 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
 
     runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
     target_model, target_note = _target_model(options, runner_spec, model, staging)
-    facts = ReproFacts(options, runner_spec, target_model)
+    if options.get("check_command"):
+        options["check_command"] = _ship_command_files(options["check_command"], staging)
+    facts = ReproFacts(options, runner_spec, target_model, report.get("signature"))
     family = family_of(facts)
     for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
         (staging / name).write_text(text)
@@ -156,7 +160,7 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
     draw_reduction(history, report.get("nodes_before", len(model.graph.node)), len(model.graph.node),
                    report.get("checks", 0), staging / "reduction.png")
 
-    bundle_report = scrub.value({key: value for key, value in report.items() if key != "bundle"})
+    bundle_report = scrub.value({**{k: v for k, v in report.items() if k != "bundle"}, "oracle_options": options})
     bundle_report["model"] = scrub.argument(str(report.get("model", "")))
     if "command_line" in bundle_report:
         bundle_report["command_line"] = [scrub.argument(a) for a in report["command_line"]]
@@ -299,6 +303,32 @@ def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, stagi
             "fp16-storage": "every float tensor rounded through fp16 where it is produced (Cast pairs), "
                             "emulating an fp16 engine's activations"}.get(precision, "as the runner executes it")
     return "target.onnx", f"target.onnx is minimal.onnx {what}"
+
+
+def _ship_command_files(command: list[str], staging: Path) -> list[str]:
+    """Small text files the check command names (its script, a config) travel in the bundle, and the
+    command names them as {bundle}/NAME: it then runs wherever the bundle is unpacked."""
+    shipped = []
+    for position, arg in enumerate(command):
+        path = Path(arg)
+        if position == 0 or arg.startswith("-") or "{" in arg or not path.is_file():
+            shipped.append(arg)
+            continue
+        try:
+            text = path.read_bytes()
+            text.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            shipped.append(arg)
+            continue
+        if len(text) > SHIPPED_FILE_MAX_BYTES or path.name == POLYGRAPHY_ARTIFACT:
+            shipped.append(arg)
+            continue
+        from reducer.bundle_report import FILES
+
+        name = path.name if path.name not in FILES else "check_" + path.name  # never one of the bundle's own
+        (staging / name).write_bytes(text)
+        shipped.append("{bundle}/" + name)
+    return shipped
 
 
 def _start_repro(staging: Path) -> tuple[subprocess.Popen, float]:
@@ -490,6 +520,8 @@ def _replay(root: Path) -> tuple[int, str]:
     for name in ("minimal.onnx", "inputs.npz", "reference_outputs.npz"):
         if not (root / name).is_file():
             raise BadBundleError(f"{root}: not a complete bundle (no {name})")
+    if options.get("check_command"):  # files shipped with the command are in this bundle
+        options = {**options, "check_command": [a.replace("{bundle}", str(root)) for a in options["check_command"]]}
     reason = _cannot_run_reason(options)
     if reason:
         return CANNOT_RUN, f"cannot run here: {reason}"

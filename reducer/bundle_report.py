@@ -68,7 +68,7 @@ def _signature_text(signature: dict | None) -> str:
 
 def _check_text(options: dict) -> str:
     if options.get("check_command"):
-        return f"check command `{shlex.join(options['check_command'])}`" + "".join(
+        return f"`{shlex.join(options['check_command'])}`" + "".join(
             f", {flag} {values}" for flag, values in (("--fail-code", options.get("fail_code")),
                                                        ("--ignore-fail-code", options.get("ignore_fail_code")),
                                                        ("--fail-regex", options.get("fail_regex")),
@@ -125,23 +125,26 @@ def render_markdown(report: dict, env: dict) -> str:
         lines += ["", f"repro.py {verb} the failure on the machine that made this bundle "
                       f"(exit {self_check.get('exit_code')}): {self_check.get('summary', '')}"]
     lines += ["", "![the minimal graph, failing tensors in red](graph.png)", "", "## What fails", ""]
-    lines.append(f"{KIND_WORDS.get((signature or {}).get('kind', ''), 'failure')}. Runner `{runner}`, check "
-                 f"{_check_text(options)}.")
+    how = "Check command" if options.get("check_command") else f"Runner `{runner}`, check"
+    lines.append(f"{KIND_WORDS.get((signature or {}).get('kind', ''), 'failure')}. {how} {_check_text(options)}.")
     again = "the same failure" if observed.get("reproduced") else "**not the recorded failure**"
     lines.append(f"Run once more while bundling: {again} - {observed.get('reason', '')}")
     if report.get("target_model_note"):
         lines += ["", f"Target model: {report['target_model_note']}."]
     outputs = report.get("outputs") or []
     if any("max_abs_error" in row for row in outputs):
-        lines += ["", "| output | shape | failing | max abs err | max rel err | outside atol/rtol | target NaN | "
-                      "target Inf |", "|---|---|---|---|---|---|---|---|"]
+        tolerance = options.get("fail_on") == "tolerance"
+        header = ["output", "shape", "failing", "max abs err", "max rel err"] + (["outside atol/rtol"] * tolerance) + [
+            "target NaN", "target Inf"]
+        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row in outputs:
-            failing = "**yes**" if row["failing"] else "no"
-            lines.append(
-                f"| `{_cell(row['name'])}` | {_shape(row['shape'])} {row['dtype']} | {failing}"
-                f" | {_number(row.get('max_abs_error'))} | {_number(row.get('max_rel_error'))} | "
-                f"{_number(row.get('outside_tolerance'))} of {_number(row.get('elements'))} | "
-                f"{_number(row.get('target_nan'))} | {_number(row.get('target_inf'))} |")
+            cells = [f"`{_cell(row['name'])}`", f"{_shape(row['shape'])} {row['dtype']}",
+                     "**yes**" if row["failing"] else "no", _number(row.get("max_abs_error")),
+                     _number(row.get("max_rel_error"))]
+            if tolerance:
+                cells.append(f"{_number(row.get('outside_tolerance'))} of {_number(row.get('elements'))}")
+            cells += [_number(row.get("target_nan")), _number(row.get("target_inf"))]
+            lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "Errors are over the elements finite in both; relative errors against |reference|."]
     elif options.get("check_command"):
         lines += ["", "A check command gives no outputs to compare: runner.log holds its output."]

@@ -24,6 +24,13 @@ class ReproFacts:
     options: dict  # OracleOptions as a dict (report.json's oracle_options)
     runner: str  # the runner's full spec, e.g. onnxruntime:cpu:fp16:O3
     target_model: str  # the model file the target runs (minimal.onnx, or target.onnx when the runner converts)
+    signature: dict | None = None  # the recorded failure
+
+    @property
+    def exit_code(self) -> int | None:
+        """The check command's exit code that the recorded failure had, when that is what identifies it."""
+        match = re.fullmatch(r"exit code (-?\d+)", (self.signature or {}).get("detail", ""))
+        return int(match.group(1)) if match else None
 
     @property
     def family(self) -> str:
@@ -124,23 +131,25 @@ def command_repro_py(facts: ReproFacts) -> str:
         "FAIL_REGEX": list(options.get("fail_regex", [])),
         "IGNORE_FAIL_REGEX": list(options.get("ignore_fail_regex", [])),
         "TIMEOUT": float(options.get("check_timeout", 300.0)),
+        "RECORDED_EXIT_CODE": facts.exit_code,
     })
 
 
 def command_repro_sh(facts: ReproFacts) -> str:
     command = list(facts.options["check_command"])
     setup = "" if any("{model}" in arg for arg in command) else 'cp minimal.onnx "$scratch/polygraphy_debug.onnx"\n'
-    return (SH_HEADER + "# The recorded check command, on the minimal model (which exit codes or output count as\n"
-            "# failing: see report.md; repro.py applies that rule).\n"
+    expected = f"exit code {facts.exit_code}" if facts.exit_code is not None else "the recorded failure"
+    return (SH_HEADER + f"# The recorded check command, on the minimal model; reproduced: {expected}\n"
+            "# (repro.py applies the recorded --fail-code/--fail-regex rule and says so).\n"
             'here="$(pwd)"\nscratch="$(mktemp -d)"\ntrap \'rm -rf "$scratch"\' EXIT\n' + setup
             + 'cd "$scratch" && ' + " ".join(_sh_word(arg) for arg in command) + "\n")
 
 
 def _sh_word(arg: str) -> str:
     """One shell word, with {model} and {inputs} pointing into the bundle."""
-    places = {"{model}": '"$here/minimal.onnx"', "{inputs}": '"$here/inputs.json"'}
-    return "".join(places.get(piece) or shlex.quote(piece) for piece in re.split(r"(\{model\}|\{inputs\})", arg)
-                   if piece) or "''"
+    places = {"{model}": '"$here/minimal.onnx"', "{inputs}": '"$here/inputs.json"', "{bundle}": '"$here"'}
+    pieces = re.split(r"(\{model\}|\{inputs\}|\{bundle\})", arg)
+    return "".join(places.get(piece) or shlex.quote(piece) for piece in pieces if piece) or "''"
 
 
 # -- anything else -------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reproduces a failure that onnx-reduce found with a check command, as `polygraphy debug reduce --check`
-runs it: `{model}` in the command is minimal.onnx, `{inputs}` a Polygraphy --load-inputs JSON; without
-`{model}`, the model is copied to polygraphy_debug.onnx in a scratch directory where the command runs.
+runs it: `{model}` in the command is minimal.onnx, `{inputs}` a Polygraphy --load-inputs JSON, `{bundle}`
+this folder (files the command needs travel in it); without `{model}`, the model is copied to
+polygraphy_debug.onnx in a scratch directory where the command runs.
 
     python repro.py   # exit 1: the failure reproduces; 0: it does not; 2: cannot run here
 
@@ -23,6 +24,7 @@ IGNORE_FAIL_CODES = []
 FAIL_REGEX = []  # with them, only output matching one of these counts as failing
 IGNORE_FAIL_REGEX = []
 TIMEOUT = 300.0
+RECORDED_EXIT_CODE = None  # the exit code the failure had: another failing code is another failure
 MODEL = "minimal.onnx"
 INPUTS_JSON = "inputs.json"
 # --- end of settings ---
@@ -48,7 +50,12 @@ def main() -> int:
         model = str(HERE / MODEL)
         if not any("{model}" in arg for arg in COMMAND):
             shutil.copy(model, Path(scratch) / "polygraphy_debug.onnx")
-        argv = [arg.replace("{model}", model).replace("{inputs}", str(HERE / INPUTS_JSON)) for arg in COMMAND]
+        places = {"{model}": model, "{inputs}": str(HERE / INPUTS_JSON), "{bundle}": str(HERE)}
+        argv = []
+        for arg in COMMAND:
+            for placeholder, value in places.items():
+                arg = arg.replace(placeholder, value)
+            argv.append(arg)
         print("running: " + " ".join(argv))
         try:
             done = subprocess.run(argv, cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -59,6 +66,9 @@ def main() -> int:
     output = done.stdout.decode(errors="replace")
     print(output[-4000:])
     if failed(done.returncode, output):
+        if RECORDED_EXIT_CODE is not None and done.returncode != RECORDED_EXIT_CODE:
+            print(f"NOT REPRODUCED: it fails differently (exit code {done.returncode}, recorded {RECORDED_EXIT_CODE})")
+            return 0
         print(f"REPRODUCED: exit code {done.returncode}")
         return 1
     print(f"NOT REPRODUCED: exit code {done.returncode}")
