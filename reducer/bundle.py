@@ -32,7 +32,7 @@ ZIP_ROOT = "bundle"  # the zip's one top folder: unzipping never scatters files
 SIZE_WARNING_BYTES = 25 * 1000 * 1000  # a common issue-tracker attachment limit (GitHub: 25 MB)
 MAX_MEMBERS = 10_000
 MAX_UNPACKED_BYTES = 4 << 30
-MAX_RATIO = 1000  # unpacked / packed, for members above a few MB: a zip bomb
+MAX_RATIO = 500  # unpacked / packed, for members above a few MB: a zip bomb
 LOG_CHARS = 64_000
 SHIPPED_FILE_MAX_BYTES = 1 << 20
 
