@@ -260,6 +260,19 @@ def test_nan_bundle_counts_the_non_finite_values(ocr_nan, tmp_path):
         image.verify()
 
 
+def test_a_large_bundle_is_flagged_with_its_largest_files(silero, monkeypatch):
+    import reducer.bundle
+
+    monkeypatch.setattr(reducer.bundle, "SIZE_WARNING_BYTES", 100_000)  # the Silero bundle is ~350 kB
+    result = reducer.bundle.make_bundle(silero)
+    assert result.warning and "minimal.onnx" in result.warning and "MB" in result.warning
+    assert result.reproduced
+    assert json.loads((silero / "bundle" / "report.json").read_text())["size_warning"] == result.warning
+    assert "**Size**" in (silero / "bundle" / "report.md").read_text()
+    with zipfile.ZipFile(silero / "bundle.zip") as archive:
+        assert result.warning in archive.read("bundle/report.md").decode()
+
+
 def test_bundle_make_rebuilds_and_refuses_a_directory_without_a_minimal_model(silero, tmp_path):
     first = (silero / "bundle" / "minimal.onnx").read_bytes()
     shutil.rmtree(silero / "bundle")
