@@ -70,11 +70,13 @@ class Scrubber:
             for form in {str(path.absolute()), str(path.resolve())}:
                 if len(form) > 1:
                     found.setdefault(form, name)
-        self.replacements = sorted(found.items(), key=lambda item: -len(item[0]))
+        # longest first (the output directory inside the working directory); whole path components only
+        self.replacements = [(re.compile(re.escape(path) + r"(?![\w.-])"), name)
+                             for path, name in sorted(found.items(), key=lambda item: -len(item[0]))]
 
     def text(self, text: str) -> str:
         for path, name in self.replacements:
-            text = text.replace(path, name)
+            text = path.sub(name, text)
         return text
 
     def value(self, value):
@@ -111,7 +113,7 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
     scrub = Scrubber(out_dir, staging)
 
     model = onnx.load(str(out_dir / MINIMAL))
-    onnx.checker.check_model(model, full_check=True)
+    onnx.checker.check_model(model)
     shutil.copyfile(out_dir / MINIMAL, staging / "minimal.onnx")
     with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
         feeds = {name: np.asarray(data[name]) for name in data.files}
@@ -292,7 +294,9 @@ def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, stagi
         from oracles import make_runner
 
         runner = make_runner(runner_spec)
-        executed = runner.executed_model(model) if hasattr(runner, "executed_model") else model
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # converters change their argument in place
+        executed = runner.executed_model(copy) if hasattr(runner, "executed_model") else copy
     except Exception:  # an unknown runner here: minimal.onnx is still what to run
         return "minimal.onnx", f"runner {runner_spec} is not known here"
     if executed.SerializeToString() == model.SerializeToString():
@@ -300,7 +304,7 @@ def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, stagi
     onnx.save(executed, str(staging / "target.onnx"))
     precision = runner_spec.split(":")[2] if runner_spec.count(":") >= 2 else ""
     what = {"fp16": "converted to fp16 by onnxconverter-common (keep_io_types=True), as the runner does",
-            "fp16-storage": "every float tensor rounded through fp16 where it is produced (Cast pairs), "
+            "fp16-storage": "with every float tensor rounded through fp16 where it is produced (Cast pairs), "
                             "emulating an fp16 engine's activations"}.get(precision, "as the runner executes it")
     return "target.onnx", f"target.onnx is minimal.onnx {what}"
 
@@ -411,10 +415,8 @@ def _output_errors(reference: dict, observed: dict, options: dict, failing: list
 def _write_reports(staging: Path, report: dict, env: dict, warning: str | None) -> None:
     from reducer.bundle_report import render_markdown
 
-    report = {**report, "size_warning": warning,
-              "files": sorted(p.name for p in staging.iterdir() if p.is_file() or p.name == "report.md")}
-    if "report.md" not in report["files"]:
-        report["files"] = sorted([*report["files"], "report.md"])
+    files = {p.name for p in staging.iterdir() if p.is_file()} | {"report.json", "report.md"}
+    report = {**report, "size_warning": warning, "files": sorted(files)}
     (staging / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (staging / "report.md").write_text(render_markdown(report, env))
 

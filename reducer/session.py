@@ -230,14 +230,16 @@ def reduce_model(
         write_report(out_dir, report)
         try:
             if report["status"] in ("reduced", "interrupted", "not-reproduced") and "minimal" in report:
-                report["bundle"] = _bundle(out_dir, reduction.oracle, progress)
+                # after Ctrl-C a worker may still owe the interrupted check's answer: a fresh oracle then
+                warm = reduction.oracle if report["status"] != "interrupted" else None
+                report["bundle"] = _bundle(out_dir, warm, progress)
                 write_report(out_dir, report)
         finally:
             reduction.close()
     return report, code
 
 
-def _bundle(out_dir: Path, oracle: Oracle, progress: Progress) -> dict:
+def _bundle(out_dir: Path, oracle: Oracle | None, progress: Progress) -> dict:
     """The bug-report bundle, with the reduction's warm oracle. A bundle that cannot be written is said,
     not fatal: the reduction's own results are already on disk."""
     from reducer.bundle import make_bundle
