@@ -7,7 +7,7 @@ import json
 import queue
 
 from oracles import make_runner
-from oracles.base import Check, CheckJob, Verdict
+from oracles.base import Check, CheckJob, RunResult, Verdict
 from oracles.worker import Worker
 from reducer.candidate import save_model
 from reducer.errors import RunnerUnavailableError
@@ -55,6 +55,10 @@ class BuiltinOracle:
         return None if self.environments[0] else self._workers[0]
 
     def judge(self, job: CheckJob) -> Verdict:
+        return self.observe(job)[1]
+
+    def observe(self, job: CheckJob) -> tuple[RunResult, Verdict]:
+        """The run itself (outputs, log) with its verdict: what a bug-report bundle shows."""
         path = job.workdir / "candidate.onnx"
         save_model(job.model, path)
         worker = self._idle.get()  # one check per worker at a time; several workers for --jobs
@@ -66,7 +70,7 @@ class BuiltinOracle:
             raise RunnerUnavailableError(f"runner {self.runner_spec} cannot run here: {result.error}")
         verdict = self.check.judge(result, job.reference)
         verdict.log = result.text
-        return verdict
+        return result, verdict
 
     def close(self) -> None:
         for worker in self._workers:

@@ -144,7 +144,8 @@ def reduce(ctx, model, output, strategy, jobs, no_faithful, as_json, **kwargs) -
     out_dir = _output_dir(output)
     progress = make_progress()
     try:
-        report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress)
+        report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress,
+                                    ctx.obj.get("argv"))
     finally:
         getattr(progress, "stop", lambda: None)()
     if as_json:
@@ -194,10 +195,46 @@ def doctor(runners, no_probe, as_json) -> None:
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
 
+@cli.group(help="Bug-report bundles: OUT/bundle/ and OUT/bundle.zip, written by `reduce`.")
+def bundle() -> None:
+    pass
+
+
+@bundle.command("make", help="(Re)build OUT_DIR/bundle/ and OUT_DIR/bundle.zip from a reduction's output "
+                "directory; runs the target once more on the minimal model.")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+def bundle_make(out_dir: Path) -> None:
+    from reducer.bundle import make_bundle
+
+    if not out_dir.is_dir():
+        raise UsageError(f"{out_dir}: no such directory")
+    result = make_bundle(out_dir)
+    if result.warning:
+        click.echo(f"onnx-reduce: warning: {result.warning}", err=True)
+    state = "reproduced" if result.reproduced else "NOT reproduced"
+    click.echo(f"{result.zip_path} ({result.zip_bytes / 1e3:.0f} kB, {result.seconds:.1f} s); the target run "
+               f"again: {state}")
+
+
+@bundle.command("verify", help="Replay BUNDLE (a bundle folder or .zip) with its recorded oracle on its inputs. "
+                "Exit 0: reproduced; 1: not reproduced; 2: cannot run here (runner missing) or not a bundle.")
+@click.argument("bundle_path", metavar="BUNDLE", type=click.Path(path_type=Path))
+@click.pass_context
+def bundle_verify(ctx, bundle_path: Path) -> None:
+    from reducer.bundle import verify_bundle
+
+    code, line = verify_bundle(bundle_path)
+    click.echo(line)
+    ctx.exit(code)
+
+
 def _summary(report: dict, out_dir: Path) -> str:
     status = report["status"]
     figures = (f"{report['nodes_before']} -> {report['nodes_after']} nodes in {report.get('checks', 0)} checks "
                f"({report.get('cache_hits', 0)} cache hits), {report.get('seconds', 0):.1f} s")
+    bundle = report.get("bundle") or {}
+    if bundle.get("zip"):
+        figures += f"; bug-report bundle {out_dir / bundle['zip']} ({bundle['zip_bytes'] / 1e3:.0f} kB)"
     if status == "reduced":
         return f"reduced {figures}: {out_dir / report['minimal']} fails with {_signature(report)}"
     if status == "not-failing":
@@ -230,10 +267,12 @@ def split_check_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    original = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         argv, command = split_check_command(argv)
-        code = cli.main(args=argv, prog_name="onnx-reduce", standalone_mode=False, obj={"check": command})
+        obj = {"check": command, "argv": list(sys.argv[1:] if original is None else original)}
+        code = cli.main(args=argv, prog_name="onnx-reduce", standalone_mode=False, obj=obj)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.ClickException as exc:  # usage errors: one line, exit 2

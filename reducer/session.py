@@ -189,8 +189,10 @@ def reduce_model(
     strategy_names: list[str],
     faithful: bool,
     progress: Progress,
+    command_line: list[str] | None = None,
 ) -> tuple[dict, int]:
-    """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far."""
+    """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far. Whenever a
+    minimal model exists (reduced, interrupted, not reproduced), the bug-report bundle is written too."""
     from strategies import make_strategies
 
     started = time.perf_counter()
@@ -206,6 +208,7 @@ def reduce_model(
         "environment": getattr(oracle, "environment", {}),
         "nodes_before": len(model),
         "nodes_after": len(model),
+        "command_line": command_line,
     }
     code = errors.EXIT_INTERRUPTED
     try:
@@ -238,9 +241,63 @@ def reduce_model(
         if report["status"] not in ("not-failing", "flaky") and (out_dir / MINIMAL).exists():
             report["minimal"] = MINIMAL
             report["minimal_inputs"] = reduction.write_best_inputs().name
+            report["origin"] = origin(model, reduction.best.ordered())
         write_report(out_dir, report)
-        reduction.close()
+        try:
+            if report["status"] in ("reduced", "interrupted", "not-reproduced") and "minimal" in report:
+                # after Ctrl-C a worker may still owe the interrupted check's answer: a fresh oracle then
+                warm = reduction.oracle if report["status"] != "interrupted" else None
+                report["bundle"] = _bundle(out_dir, warm, progress)
+                write_report(out_dir, report)
+        finally:
+            reduction.close()
     return report, code
+
+
+def _bundle(out_dir: Path, oracle: Oracle | None, progress: Progress) -> dict:
+    """The bug-report bundle, with the reduction's warm oracle. A bundle that cannot be written is said,
+    not fatal: the reduction's own results are already on disk."""
+    from reducer.bundle import make_bundle
+
+    try:
+        result = make_bundle(out_dir, oracle)
+    except KeyboardInterrupt:
+        progress.message("interrupted while writing the bundle: none written")
+        return {"error": "interrupted"}
+    except Exception as exc:
+        progress.message(f"the bundle could not be written: {type(exc).__name__}: {_first_line(str(exc))}")
+        return {"error": f"{type(exc).__name__}: {_first_line(str(exc))}"}
+    if result.warning:
+        progress.message(f"warning: {result.warning}")
+    return result.to_json()
+
+
+def origin(model: Model, kept: list[int]) -> dict:
+    """Where the kept nodes sit in the original model: themselves, and one shortest chain of original nodes
+    from a model input to the first of them and from the last of them to a model output."""
+    import networkx as nx
+
+    def describe(index: int) -> dict:
+        return {"index": index, "name": model.nodes[index].name, "op_type": model.nodes[index].op_type}
+
+    dag = model.dag.copy()
+    source, sink = "source", "sink"
+    for index, reads in enumerate(model.node_reads):
+        if any(name in model.graph_inputs for name in reads):
+            dag.add_edge(source, index)
+    for name in model.graph_outputs:
+        if name in model.producer:
+            dag.add_edge(model.producer[name], sink)
+    result = {"kept": [describe(i) for i in kept], "path_from_input": [], "path_to_output": []}
+    if not kept:
+        return result
+    for key, start, end in (("path_from_input", source, kept[0]), ("path_to_output", kept[-1], sink)):
+        try:
+            path = nx.shortest_path(dag, start, end)
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
+            continue
+        result[key] = [describe(i) for i in path if isinstance(i, int)]
+    return result
 
 
 def _is_the_failure_asked_for(verdict: Verdict, options: OracleOptions) -> bool:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,13 @@ def test_command_oracle_reduces_with_a_polygraphy_style_check(tmp_path):
     assert report["nodes_after"] < report["nodes_before"]
     # the built-in oracle agrees that the command oracle's result fails the same way and is 1-minimal
     assert_one_minimal(entry, out, report)
+    # its bundle carries the check script: repro.py replays the command elsewhere, with the recorded exit code
+    unpacked = tmp_path / "elsewhere"
+    with zipfile.ZipFile(out / "bundle.zip") as archive:
+        archive.extractall(unpacked)
+    assert (unpacked / "bundle" / "check_candidate.py").is_file()
+    repro = subprocess.run([sys.executable, "repro.py"], cwd=unpacked / "bundle", capture_output=True, text=True)
+    assert repro.returncode == 1 and "REPRODUCED: exit code 1" in repro.stdout, repro.stdout + repro.stderr
 
 
 @pytest.mark.slow
@@ -168,6 +176,9 @@ def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
     assert report["status"] == "interrupted"
     assert report["nodes_after"] < report["nodes_before"]
     onnx.checker.check_model(str(out / "minimal.onnx"))
+    # the bundle says plainly that it holds the best so far, not a minimal model
+    assert report["bundle"]["zip"] == "bundle.zip", report.get("bundle")
+    assert "The reduction was interrupted" in (out / "bundle" / "report.md").read_text()
     # the best-so-far model still fails, checked on its own saved inputs
     check = cli("check", str(out / "minimal.onnx"), "--inputs", str(out / "minimal_inputs.npz"), *oracle_flags(entry),
                 cwd=tmp_path)

@@ -1,0 +1,570 @@
+"""The bug-report bundle: OUT/bundle/ and OUT/bundle.zip, everything a vendor needs to see the failure and
+replay it without our tool; and `bundle verify`, which replays one with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from oracles.base import CheckJob, Signature, Verdict
+from oracles.command import POLYGRAPHY_ARTIFACT
+from reducer import environment
+from reducer.driver import MINIMAL
+from reducer.errors import ReducerError, UsageError
+from reducer.repro import ReproFacts, family_of
+
+BUNDLE_DIR = "bundle"
+BUNDLE_ZIP = "bundle.zip"
+ZIP_ROOT = "bundle"  # the zip's one top folder: unzipping never scatters files
+SIZE_WARNING_BYTES = 25 * 1000 * 1000  # a common issue-tracker attachment limit (GitHub: 25 MB)
+MAX_MEMBERS = 10_000
+MAX_UNPACKED_BYTES = 4 << 30
+MAX_RATIO = 500  # unpacked / packed, for members above a few MB: a zip bomb
+LOG_CHARS = 64_000
+SHIPPED_FILE_MAX_BYTES = 1 << 20
+
+# exit codes of `bundle verify`
+REPRODUCED, NOT_REPRODUCED, CANNOT_RUN = 0, 1, 2
+
+
+class BadBundleError(ReducerError):
+    """Not a bundle, or a hostile one: exit 2 with one line."""
+
+
+@dataclass
+class BundleResult:
+    folder: Path
+    zip_path: Path
+    zip_bytes: int
+    seconds: float
+    reproduced: bool  # the target, run once more while bundling, failed the same way
+    warning: str | None = None
+
+    def to_json(self) -> dict:
+        return {"folder": self.folder.name, "zip": self.zip_path.name, "zip_bytes": self.zip_bytes,
+                "seconds": round(self.seconds, 3), "reproduced": self.reproduced, "warning": self.warning}
+
+
+# -- privacy -------------------------------------------------------------------------------------------
+class Scrubber:
+    """Machine-private paths out of text and JSON: the output directory, the working directory and the
+    home directory become OUT, . and ~; other absolute paths on a command line keep their file name."""
+
+    def __init__(self, out_dir: Path, staging: Path):
+        pairs = [(staging, "bundle"), (out_dir, "OUT"), (Path.cwd(), "."), (Path.home(), "~")]
+        found: dict[str, str] = {}
+        for path, name in pairs:
+            for form in {str(path.absolute()), str(path.resolve())}:
+                if len(form) > 1:
+                    found.setdefault(form, name)
+        # longest first (the output directory inside the working directory); whole path components only
+        self.replacements = [(re.compile(re.escape(path) + r"(?![\w.-])"), name)
+                             for path, name in sorted(found.items(), key=lambda item: -len(item[0]))]
+
+    def text(self, text: str) -> str:
+        for path, name in self.replacements:
+            text = path.sub(name, text)
+        return text
+
+    def value(self, value):
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        return value
+
+    def argument(self, arg: str) -> str:
+        arg = self.text(arg)
+        flag, equals, path = arg.rpartition("=") if arg.startswith("-") else ("", "", arg)
+        return f"{flag}{equals}.../{os.path.basename(path)}" if os.path.isabs(path) else arg
+
+
+# -- writing -------------------------------------------------------------------------------------------
+def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
+    """Build OUT/bundle/ and OUT/bundle.zip from an output directory. `oracle`: the reduction's own, warm
+    (else one is built from report.json's oracle options and closed again)."""
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    report = _read_json(out_dir / "report.json", f"{out_dir}: no report.json (not an onnx-reduce output directory)")
+    if not (out_dir / MINIMAL).is_file() or not (out_dir / "minimal_inputs.npz").is_file():
+        raise UsageError(f"{out_dir}: no minimal.onnx and minimal_inputs.npz to bundle (status: "
+                         f"{report.get('status', 'unknown')})")
+    options = dict(report.get("oracle_options") or {})
+    if not options:
+        raise UsageError(f"{out_dir}/report.json: no oracle_options (written by an older onnx-reduce?)")
+    staging = out_dir / (BUNDLE_DIR + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    scrub = Scrubber(out_dir, staging)
+
+    model = onnx.load(str(out_dir / MINIMAL))
+    onnx.checker.check_model(model)
+    shutil.copyfile(out_dir / MINIMAL, staging / "minimal.onnx")
+    with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
+        feeds = {name: np.asarray(data[name]) for name in data.files}
+    _save_arrays(staging / "inputs", [feeds])
+    reference = _reference_outputs(out_dir, model, feeds, staging / "work")
+    _save_run_results(staging / "reference_outputs", reference, "reference")
+
+    own = oracle is None
+    oracle = oracle or _build_oracle(options)
+    try:
+        verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
+    finally:
+        if own:
+            oracle.close()
+    if observed:
+        np.savez(staging / "target_outputs.npz", **observed)
+    recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
+    reproduced = bool(verdict.failing and verdict.signature.same_failure(recorded))
+
+    runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
+    target_model, target_note = _target_model(options, runner_spec, model, staging)
+    if options.get("check_command"):
+        options["check_command"] = _ship_command_files(options["check_command"], staging)
+    facts = ReproFacts(options, runner_spec, target_model, report.get("signature"))
+    family = family_of(facts)
+    for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
+        (staging / name).write_text(text)
+        (staging / name).chmod(0o755)
+    env = environment.collect(scrub.value(report.get("environment") or {}),
+                              [scrub.argument(a) for a in report.get("command_line") or []] or None,
+                              family.environment())
+    (staging / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    log = (f"# the target run on minimal.onnx while bundling: {'FAIL' if verdict.failing else 'PASS'} - "
+           f"{verdict.reason}\n" + (verdict.log.strip() or "(the runner logged nothing)") + "\n")
+    (staging / "runner.log").write_text(scrub.text(log[-LOG_CHARS:]))
+    # repro.py runs once here (the proof that it works, and the runtime's verbose log) while the pictures draw
+    self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
+
+    history = _read_history(out_dir / "history.jsonl")
+    (staging / "history.jsonl").write_text("".join(json.dumps(step) + "\n" for step in history))
+    shapes = _tensor_shapes(out_dir, model, feeds, reference)
+    from reducer.pictures import draw_graph, draw_reduction
+
+    failing = list(verdict.signature.outputs) if verdict.signature else list((recorded or Signature("")).outputs)
+    draw_graph(model, failing, shapes, staging / "graph.png")
+    draw_reduction(history, report.get("nodes_before", len(model.graph.node)), len(model.graph.node),
+                   report.get("checks", 0), staging / "reduction.png")
+
+    bundle_report = scrub.value({**{k: v for k, v in report.items() if k != "bundle"}, "oracle_options": options})
+    bundle_report["model"] = scrub.argument(str(report.get("model", "")))
+    if "command_line" in bundle_report:
+        bundle_report["command_line"] = [scrub.argument(a) for a in report["command_line"]]
+    bundle_report.update({
+        "observed": {**verdict.to_json(), "reproduced": reproduced},
+        "outputs": _output_errors(reference, observed, options, failing),
+        "minimal_graph": _graph_table(model, shapes),
+        "target_model": target_model,
+        "target_model_note": target_note,
+        "repro_self_check": _finish_repro(self_check, staging, scrub, options) if self_check else None,
+    })
+    _write_reports(staging, bundle_report, env, None)
+    shutil.rmtree(staging / "work", ignore_errors=True)
+
+    zip_path = out_dir / BUNDLE_ZIP
+    zip_bytes = _zip(staging, zip_path)
+    warning = None
+    if zip_bytes > SIZE_WARNING_BYTES:
+        largest = sorted(((p.stat().st_size, p.name) for p in staging.iterdir()), reverse=True)[:3]
+        warning = (f"{BUNDLE_ZIP} is {zip_bytes / 1e6:.1f} MB, over the {SIZE_WARNING_BYTES / 1e6:.0f} MB many issue "
+                   "trackers accept; largest: " + ", ".join(f"{name} {size / 1e6:.1f} MB" for size, name in largest))
+        _write_reports(staging, bundle_report, env, warning)
+        zip_bytes = _zip(staging, zip_path)
+    folder = out_dir / BUNDLE_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(staging, folder)
+    return BundleResult(folder, zip_path, zip_bytes, time.perf_counter() - started, reproduced, warning)
+
+
+def _read_json(path: Path, missing: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(missing) from None
+    except (OSError, ValueError) as exc:
+        raise BadBundleError(f"{path}: cannot read it ({exc})") from None
+
+
+def _read_history(path: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _save_arrays(stem: Path, feeds: list[dict[str, np.ndarray]]) -> None:
+    """.npz (numpy) and .json (Polygraphy's --load-inputs format: a list of feed dicts)."""
+    from polygraphy.json import save_json
+
+    np.savez(stem.with_suffix(".npz"), **feeds[0])
+    save_json(feeds, str(stem.with_suffix(".json")))
+
+
+def _save_run_results(stem: Path, outputs: dict[str, np.ndarray], runner_name: str) -> None:
+    """.npz, and .json as Polygraphy's RunResults: what `polygraphy run --load-outputs` compares against."""
+    from polygraphy.comparator import RunResults
+    from polygraphy.comparator.struct import IterationResult
+
+    np.savez(stem.with_suffix(".npz"), **outputs)
+    from polygraphy.json import save_json
+
+    results = RunResults()
+    results.append((runner_name, [IterationResult(dict(outputs), runner_name=runner_name)]))
+    save_json(results, str(stem.with_suffix(".json")))  # RunResults.save would log to the console
+
+
+def _store_index(out_dir: Path) -> dict:
+    try:
+        return json.loads((out_dir / "activations" / "index.json").read_text())["tensors"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scratch: Path) -> dict[str, np.ndarray]:
+    """The values the oracle judged against: the reference run's, from the activation store; a reference
+    run of the minimal model when the store is gone."""
+    index = _store_index(out_dir)
+    names = [o.name for o in model.graph.output]
+    if all(name in index for name in names):
+        return {name: np.load(out_dir / "activations" / index[name]["file"], allow_pickle=False) for name in names}
+    from oracles.worker import Worker
+    from reducer.activations import REFERENCE_RUNNER
+    from reducer.session import DEFAULT_CHECK_TIMEOUT
+
+    paths = _write_feeds(feeds, scratch)
+    onnx.save(model, str(scratch / "reference.onnx"))
+    worker = Worker(REFERENCE_RUNNER)
+    try:
+        result = worker.run(scratch / "reference.onnx", paths, DEFAULT_CHECK_TIMEOUT)
+    finally:
+        worker.close()
+    if result.status != "ok":
+        raise BadBundleError(f"the reference run of minimal.onnx fails: {result.error.splitlines()[0][:300]}")
+    return result.outputs
+
+
+def _write_feeds(feeds: dict[str, np.ndarray], scratch: Path) -> dict[str, Path]:
+    scratch.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for number, (name, value) in enumerate(feeds.items()):
+        paths[name] = scratch / f"input{number}.npy"
+        np.save(paths[name], value, allow_pickle=False)
+    return paths
+
+
+def _build_oracle(options: dict):
+    from reducer.session import OracleOptions, build_oracle
+
+    known = {f.name for f in fields(OracleOptions)}
+    return build_oracle(OracleOptions(**{**{k: v for k, v in options.items() if k in known}, "jobs": 1}))
+
+
+def _observe(oracle, model, feeds, reference, scratch: Path) -> tuple[Verdict, dict[str, np.ndarray]]:
+    """One more check of the minimal model: the target's outputs as observed (a command has none)."""
+    job = CheckJob(model, _write_feeds(feeds, scratch), reference, scratch / "check")
+    job.workdir.mkdir(parents=True, exist_ok=True)
+    observe = getattr(oracle, "observe", None)
+    if observe is None:
+        return oracle.judge(job), {}
+    result, verdict = observe(job)
+    return verdict, {name: np.asarray(value) for name, value in result.outputs.items()}
+
+
+def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, staging: Path) -> tuple[str, str]:
+    """target.onnx when the runner runs something else than minimal.onnx (fp16-converted, rounded)."""
+    if options.get("check_command"):
+        return "minimal.onnx", "the check command receives minimal.onnx"
+    try:
+        from oracles import make_runner
+
+        runner = make_runner(runner_spec)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # converters change their argument in place
+        executed = runner.executed_model(copy) if hasattr(runner, "executed_model") else copy
+    except Exception:  # an unknown runner here: minimal.onnx is still what to run
+        return "minimal.onnx", f"runner {runner_spec} is not known here"
+    if executed.SerializeToString() == model.SerializeToString():
+        return "minimal.onnx", f"{runner_spec} runs minimal.onnx as it is"
+    onnx.save(executed, str(staging / "target.onnx"))
+    precision = runner_spec.split(":")[2] if runner_spec.count(":") >= 2 else ""
+    what = {"fp16": "converted to fp16 by onnxconverter-common (keep_io_types=True), as the runner does",
+            "fp16-storage": "with every float tensor rounded through fp16 where it is produced (Cast pairs), "
+                            "emulating an fp16 engine's activations"}.get(precision, "as the runner executes it")
+    return "target.onnx", f"target.onnx is minimal.onnx {what}"
+
+
+def _ship_command_files(command: list[str], staging: Path) -> list[str]:
+    """Small text files the check command names (its script, a config) travel in the bundle, and the
+    command names them as {bundle}/NAME: it then runs wherever the bundle is unpacked."""
+    shipped = []
+    for position, arg in enumerate(command):
+        path = Path(arg)
+        if position == 0 or arg.startswith("-") or "{" in arg or not path.is_file():
+            shipped.append(arg)
+            continue
+        try:
+            text = path.read_bytes()
+            text.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            shipped.append(arg)
+            continue
+        if len(text) > SHIPPED_FILE_MAX_BYTES or path.name == POLYGRAPHY_ARTIFACT:
+            shipped.append(arg)
+            continue
+        from reducer.bundle_report import FILES
+
+        name = path.name if path.name not in FILES else "check_" + path.name  # never one of the bundle's own
+        (staging / name).write_bytes(text)
+        shipped.append("{bundle}/" + name)
+    return shipped
+
+
+def _start_repro(staging: Path) -> tuple[subprocess.Popen, float]:
+    process = subprocess.Popen([sys.executable, "repro.py", "--verbose"], cwd=staging, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    return process, time.perf_counter()
+
+
+def _finish_repro(started: tuple[subprocess.Popen, float], staging: Path, scrub: Scrubber, options: dict) -> dict:
+    """repro.py's exit code and summary; its output, the runtime's verbose log included, goes to repro.log."""
+    process, start = started
+    try:
+        output, _ = process.communicate(timeout=float(options.get("check_timeout", 300.0)))
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, code = process.communicate()[0] + "\nrepro.py did not finish in time; killed\n", None
+    (staging / "repro.log").write_text(scrub.text(output[-LOG_CHARS:]))
+    summary = next((line for line in reversed(output.splitlines()) if "REPRODUCED" in line), "")
+    return {"exit_code": code, "reproduced": code == 1, "summary": scrub.text(summary),
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _tensor_shapes(out_dir: Path, model: onnx.ModelProto, feeds: dict, reference: dict) -> dict[str, list]:
+    """Every tensor's shape: the values themselves where we have them, else shape inference."""
+    shapes: dict[str, list] = {}
+    try:
+        typed = onnx.shape_inference.infer_shapes(model)
+        for info in [*typed.graph.value_info, *typed.graph.output]:
+            dims = info.type.tensor_type.shape.dim
+            shapes[info.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    except Exception:  # shapes are a courtesy in the report
+        pass
+    shapes.update({name: list(rec["shape"]) for name, rec in _store_index(out_dir).items()})
+    shapes.update({name: list(np.shape(v)) for name, v in {**feeds, **reference}.items()})
+    for tensor in model.graph.initializer:
+        shapes[tensor.name] = list(tensor.dims)
+    return shapes
+
+
+def _graph_table(model: onnx.ModelProto, shapes: dict[str, list]) -> list[dict]:
+    return [{"name": node.name, "op_type": node.op_type,
+             "inputs": [[name, shapes.get(name)] for name in node.input if name],
+             "outputs": [[name, shapes.get(name)] for name in node.output if name]} for node in model.graph.node]
+
+
+def _output_errors(reference: dict, observed: dict, options: dict, failing: list[str]) -> list[dict]:
+    """Per output, reference against target: the numbers a reader wants first."""
+    from oracles.checks import ToleranceCheck
+
+    tolerance = ToleranceCheck(float(options.get("atol", 1e-5)), float(options.get("rtol", 1e-5)))
+    rows = []
+    for name, ref in reference.items():
+        ref = np.asarray(ref)
+        row = {"name": name, "shape": list(ref.shape), "dtype": str(ref.dtype), "failing": name in failing,
+               "reference_nan": int(np.isnan(ref).sum()) if ref.dtype.kind in "fc" else 0,
+               "reference_inf": int(np.isinf(ref).sum()) if ref.dtype.kind in "fc" else 0}
+        target = observed.get(name)
+        if target is not None and target.shape == ref.shape and target.dtype.kind in "fciu" and ref.size:
+            t64, r64 = target.astype(np.float64), ref.astype(np.float64)
+            both = np.isfinite(t64) & np.isfinite(r64)
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                absdiff = np.abs(t64 - r64)
+                reldiff = absdiff / np.maximum(np.abs(r64), np.finfo(np.float64).eps)
+            bad, _ = tolerance.mismatches(target, ref)
+            row.update({
+                "max_abs_error": float(absdiff[both].max()) if both.any() else None,
+                "max_rel_error": float(reldiff[both].max()) if both.any() else None,
+                "outside_tolerance": int(bad.sum()),
+                "elements": int(ref.size),
+                "target_nan": int(np.isnan(t64).sum()),
+                "target_inf": int(np.isinf(t64).sum()),
+            })
+        elif target is not None:
+            row["target_shape"] = list(target.shape)
+        rows.append(row)
+    return rows
+
+
+def _write_reports(staging: Path, report: dict, env: dict, warning: str | None) -> None:
+    from reducer.bundle_report import render_markdown
+
+    files = {p.name for p in staging.iterdir() if p.is_file()} | {"report.json", "report.md"}
+    report = {**report, "size_warning": warning, "files": sorted(files)}
+    (staging / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (staging / "report.md").write_text(render_markdown(report, env))
+
+
+def _zip(folder: Path, zip_path: Path) -> int:
+    tmp = zip_path.with_name(zip_path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                archive.write(path, f"{ZIP_ROOT}/{path.name}")
+    os.replace(tmp, zip_path)
+    return zip_path.stat().st_size
+
+
+# -- verifying -----------------------------------------------------------------------------------------
+def verify_bundle(path: Path) -> tuple[int, str]:
+    """Replay a bundle (folder or .zip) with its recorded oracle: (exit code, one line)."""
+    path = Path(path)
+    if not path.exists():
+        raise BadBundleError(f"{path}: no such file or directory")
+    if path.is_dir():
+        return _replay(_bundle_root(path))
+    with tempfile.TemporaryDirectory(prefix="onnx-reduce-verify-") as scratch:
+        safe_extract(path, Path(scratch))
+        return _replay(_bundle_root(Path(scratch)))
+
+
+def _bundle_root(folder: Path) -> Path:
+    if (folder / "report.json").is_file():
+        return folder
+    inner = [p for p in folder.iterdir() if p.is_dir()]
+    if len(inner) == 1 and (inner[0] / "report.json").is_file():
+        return inner[0]
+    raise BadBundleError(f"{folder}: not a bundle (no report.json)")
+
+
+def _member_problem(info: zipfile.ZipInfo) -> str | None:
+    name = info.filename.replace("\\", "/")
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        return "an absolute name"
+    if ".." in name.split("/"):
+        return "a '..' in its name"
+    if "\x00" in name:
+        return "a NUL in its name"
+    if stat.S_ISLNK(info.external_attr >> 16):
+        return "a symbolic link"
+    if info.flag_bits & 0x1:
+        return "encryption"
+    return None
+
+
+def safe_extract(zip_path: Path, dest: Path) -> None:
+    """Extract after checking every member: no absolute names, no '..', no links, no zip bombs."""
+    try:
+        archive = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BadBundleError(f"{zip_path}: not a readable zip ({exc})") from None
+    with archive:
+        members = archive.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise BadBundleError(f"{zip_path}: refused, {len(members)} members (more than {MAX_MEMBERS})")
+        total = 0
+        for info in members:
+            problem = _member_problem(info)
+            if problem:
+                raise BadBundleError(f"{zip_path}: refused, member {info.filename!r} has {problem}")
+            total += info.file_size
+            ratio = info.file_size / max(1, info.compress_size)
+            if total > MAX_UNPACKED_BYTES or (info.file_size > (8 << 20) and ratio > MAX_RATIO):
+                raise BadBundleError(f"{zip_path}: refused, it would unpack to {total / 2**30:.1f} GiB or more "
+                                     f"(member {info.filename!r}, ratio {ratio:.0f}:1)")
+        root = dest.resolve()
+        for info in members:
+            target = (dest / info.filename.replace("\\", "/")).resolve()
+            if root not in target.parents and target != root:
+                raise BadBundleError(f"{zip_path}: refused, member {info.filename!r} lands outside the folder")
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _copy_limited(archive, info, target, zip_path)
+
+
+def _copy_limited(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, zip_path: Path) -> None:
+    """Copy one member, trusting its header's size no further than it goes."""
+    written = 0
+    try:
+        with archive.open(info) as source, open(target, "xb") as sink:
+            while chunk := source.read(1 << 20):
+                written += len(chunk)
+                if written > info.file_size:
+                    raise BadBundleError(f"{zip_path}: refused, member {info.filename!r} is larger than it says")
+                sink.write(chunk)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise BadBundleError(f"{zip_path}: member {info.filename!r} cannot be read ({exc})") from None
+
+
+def _replay(root: Path) -> tuple[int, str]:
+    report = _read_json(root / "report.json", f"{root}: not a bundle (no report.json)")
+    options = report.get("oracle_options")
+    if not isinstance(options, dict):
+        raise BadBundleError(f"{root}/report.json: no oracle_options")
+    for name in ("minimal.onnx", "inputs.npz", "reference_outputs.npz"):
+        if not (root / name).is_file():
+            raise BadBundleError(f"{root}: not a complete bundle (no {name})")
+    if options.get("check_command"):  # files shipped with the command are in this bundle
+        options = {**options, "check_command": [a.replace("{bundle}", str(root)) for a in options["check_command"]]}
+    reason = _cannot_run_reason(options)
+    if reason:
+        return CANNOT_RUN, f"cannot run here: {reason}"
+    try:
+        model = onnx.load(str(root / "minimal.onnx"))
+        onnx.checker.check_model(model)
+        with np.load(root / "inputs.npz", allow_pickle=False) as data:
+            feeds = {name: np.asarray(data[name]) for name in data.files}
+        with np.load(root / "reference_outputs.npz", allow_pickle=False) as data:
+            reference = {name: np.asarray(data[name]) for name in data.files}
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise BadBundleError(f"{root}: cannot read the bundle's model or arrays ({first})") from None
+    recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
+    try:
+        oracle = _build_oracle(options)
+    except UsageError as exc:
+        return CANNOT_RUN, f"cannot run here: {exc}"
+    with tempfile.TemporaryDirectory(prefix="onnx-reduce-verify-") as scratch:
+        try:
+            verdict, _ = _observe(oracle, model, feeds, reference, Path(scratch))
+        finally:
+            oracle.close()
+    if verdict.failing and verdict.signature.same_failure(recorded):
+        return REPRODUCED, f"reproduced: {verdict.signature} - {verdict.reason}"
+    if verdict.failing:
+        return NOT_REPRODUCED, (f"not reproduced: it fails differently ({verdict.signature}, recorded: {recorded}) "
+                                f"- {verdict.reason}")
+    return NOT_REPRODUCED, f"not reproduced: {verdict.reason}"
+
+
+def _cannot_run_reason(options: dict) -> str | None:
+    """Why the recorded oracle cannot run on this machine (runner unknown or unavailable), or None."""
+    if options.get("check_command"):
+        command = options["check_command"][0]
+        return None if shutil.which(command) else f"the check command '{command}' is not found here"
+    from oracles import make_runner
+
+    try:
+        runner = make_runner(options.get("runner", ""))
+    except UsageError as exc:
+        return str(exc)
+    unavailable = getattr(runner, "unavailable_reason", None)
+    return unavailable() if unavailable else None

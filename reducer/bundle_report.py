@@ -1,0 +1,189 @@
+"""report.md: the bundle for a person who has two minutes. What fails and by how much first, the picture,
+how to reproduce it, then the model, the reduction and the environment."""
+
+from __future__ import annotations
+
+import shlex
+
+from reducer.environment import TEMPLATE_FIELDS
+
+STATUS_LINES = {
+    "reduced": "minimal.onnx fails the same way as the original model (re-checked before it was called reduced).",
+    "interrupted": "**The reduction was interrupted**: minimal.onnx is the smallest failing model found so far, "
+                   "not necessarily minimal.",
+    "not-reproduced": "**Not reproduced on re-check**: the final model did not fail again when checked once more "
+                      "(a flaky oracle?). Treat this bundle with care.",
+}
+FILES = {
+    "minimal.onnx": "the minimal failing model (onnx.checker-clean; opens in Netron)",
+    "target.onnx": "minimal.onnx as the target runner executes it (see above)",
+    "inputs.npz": "its inputs (numpy)",
+    "inputs.json": "the same inputs for `polygraphy run --load-inputs`",
+    "reference_outputs.npz": "reference outputs: ONNX Runtime, CPU, fp32, graph optimizations off",
+    "reference_outputs.json": "the same as Polygraphy RunResults, for `polygraphy run --load-outputs`",
+    "target_outputs.npz": "the target's outputs as observed",
+    "report.json": "this report's facts, for machines",
+    "env.json": "the environment (the TensorRT issue template's fields, versions, the exact flags)",
+    "runner.log": "the runner's log of the failing check",
+    "repro.log": "repro.py's output with the runtime's verbose log, from the machine that made the bundle",
+    "repro.py": "standalone repro: numpy and the runtime only; exit 1 when the failure reproduces",
+    "repro.sh": "the equivalent command line (polygraphy run, or the recorded check command)",
+    "graph.png": "the minimal graph, failing tensors in red",
+    "reduction.png": "nodes left against checks run",
+    "history.jsonl": "each accepted reduction step",
+}
+KIND_WORDS = {
+    "nan": "NaN/Inf in the target where the reference is finite",
+    "tolerance": "target outside tolerance of the reference",
+    "error": "the target raises an error",
+    "crash": "the runner's process crashes",
+    "timeout": "the runner hangs",
+    "command": "the check command reports a failure",
+}
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _shape(shape) -> str:
+    return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _signature_text(signature: dict | None) -> str:
+    if not signature:
+        return "no failure recorded"
+    detail = f" ({signature['detail']})" if signature.get("detail") else ""
+    where = ", ".join(f"`{o}`" for o in signature.get("outputs", [])[:3])
+    return f"{signature['kind']}{detail}" + (f" in {where}" if where else "")
+
+
+def _check_text(options: dict) -> str:
+    if options.get("check_command"):
+        return f"`{shlex.join(options['check_command'])}`" + "".join(
+            f", {flag} {values}" for flag, values in (("--fail-code", options.get("fail_code")),
+                                                       ("--ignore-fail-code", options.get("ignore_fail_code")),
+                                                       ("--fail-regex", options.get("fail_regex")),
+                                                       ("--ignore-fail-regex", options.get("ignore_fail_regex")))
+            if values)
+    check = options.get("fail_on", "?")
+    if check == "tolerance":
+        return (f"`--fail-on tolerance`, atol={options['atol']:g}, rtol={options['rtol']:g} (Polygraphy's elementwise "
+                "rule: an element fails where |t-r| > atol and |t-r| > rtol·|r|)")
+    if check == "error":
+        return "`--fail-on error`" + (f", matching {options['fail_regex']}" if options.get("fail_regex") else "")
+    return f"`--fail-on {check}`"
+
+
+def _path_text(origin: dict | None) -> list[str]:
+    if not origin:
+        return []
+    def chain(nodes: list[dict]) -> str:
+        shown = [f"`{n['name'] or '#' + str(n['index'])}` ({n['op_type']})" for n in nodes]
+        return " → ".join(shown if len(shown) <= 8 else [*shown[:3], "…", *shown[-4:]])
+
+    lines = ["", "**Where it sits in the original model** (node names and op types, topological index in brackets):"]
+    kept = origin.get("kept", [])
+    lines.append("- kept: " + ", ".join(f"`{n['name']}` ({n['op_type']}) [{n['index']}]" for n in kept[:20])
+                 + (f" and {len(kept) - 20} more" if len(kept) > 20 else ""))
+    if origin.get("path_from_input"):
+        lines.append("- from the model's inputs: " + chain(origin["path_from_input"]))
+    if origin.get("path_to_output"):
+        lines.append("- on to its outputs: " + chain(origin["path_to_output"]))
+    return lines
+
+
+def render_markdown(report: dict, env: dict) -> str:
+    options = report.get("oracle_options") or {}
+    observed = report.get("observed") or {}
+    status = report.get("status", "unknown")
+    runner = (report.get("environment") or {}).get("runner") or options.get("runner", "?")
+    signature = report.get("signature")
+    where = "a check command" if options.get("check_command") else runner
+    lines = [f"# {_signature_text(signature)}, with {where}", ""]
+    count = report.get("nodes_after", "?")
+    lines.append(f"**{count} node{'' if count == 1 else 's'}** (from {report.get('nodes_before', '?')}), status "
+                 f"**{status}**: {STATUS_LINES.get(status, '')}")
+    if report.get("size_warning"):
+        lines += ["", f"**Size**: {report['size_warning']}."]
+    lines += ["", "**Reproduce** (non-zero exit = reproduced):", "",
+              "```sh", "python repro.py      # numpy + the runtime only", "sh repro.sh          # the same with "
+              "polygraphy run (or the recorded check command)",
+              "onnx-reduce bundle verify bundle.zip   # with onnx-reduce: 0 reproduced, 1 not, 2 cannot run here",
+              "```"]
+    self_check = report.get("repro_self_check")
+    if self_check:
+        verb = "reproduced" if self_check.get("reproduced") else "did NOT reproduce"
+        lines += ["", f"repro.py {verb} the failure on the machine that made this bundle "
+                      f"(exit {self_check.get('exit_code')}): {self_check.get('summary', '')}"]
+    lines += ["", "![the minimal graph, failing tensors in red](graph.png)", "", "## What fails", ""]
+    how = "Check command" if options.get("check_command") else f"Runner `{runner}`, check"
+    lines.append(f"{KIND_WORDS.get((signature or {}).get('kind', ''), 'failure')}. {how} {_check_text(options)}.")
+    again = "the same failure" if observed.get("reproduced") else "**not the recorded failure**"
+    lines.append(f"Run once more while bundling: {again} - {observed.get('reason', '')}")
+    if report.get("target_model_note"):
+        lines += ["", f"Target model: {report['target_model_note']}."]
+    outputs = report.get("outputs") or []
+    if any("max_abs_error" in row for row in outputs):
+        tolerance = options.get("fail_on") == "tolerance"
+        header = ["output", "shape", "failing", "max abs err", "max rel err"] + (["outside atol/rtol"] * tolerance) + [
+            "target NaN", "target Inf"]
+        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in outputs:
+            cells = [f"`{_cell(row['name'])}`", f"{_shape(row['shape'])} {row['dtype']}",
+                     "**yes**" if row["failing"] else "no", _number(row.get("max_abs_error")),
+                     _number(row.get("max_rel_error"))]
+            if tolerance:
+                cells.append(f"{_number(row.get('outside_tolerance'))} of {_number(row.get('elements'))}")
+            cells += [_number(row.get("target_nan")), _number(row.get("target_inf"))]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Errors are over the elements finite in both; relative errors against |reference|."]
+    elif options.get("check_command"):
+        lines += ["", "A check command gives no outputs to compare: runner.log holds its output."]
+
+    graph = report.get("minimal_graph") or []
+    lines += ["", "## The minimal model", "", "| # | node | op type | inputs | outputs |", "|---|---|---|---|---|"]
+    for number, node in enumerate(graph[:200]):
+        ins = ", ".join(f"`{_cell(n)}` {_shape(s)}" for n, s in node["inputs"])
+        outs = ", ".join(f"`{_cell(n)}` {_shape(s)}" for n, s in node["outputs"])
+        lines.append(f"| {number} | `{_cell(node['name'])}` | {node['op_type']} | {ins} | {outs} |")
+    if len(graph) > 200:
+        lines.append(f"| … | {len(graph) - 200} more in report.json | | | |")
+    op_types = sorted({node["op_type"] for node in graph})
+    lines += ["", "Op types: " + ", ".join(op_types) + "."]
+    lines += _path_text(report.get("origin"))
+
+    lines += ["", "## How it was reduced", ""]
+    lines.append(f"From {report.get('nodes_before', '?')} to {count} node{'' if count == 1 else 's'} in "
+                 f"{report.get('checks', '?')} checks ({report.get('cache_hits', 0)} answered from the cache), "
+                 f"{_number(report.get('seconds'))} s; {report.get('rejected_unfaithful', 0)} candidates rejected "
+                 "unchecked as unfaithful (they would feed the target values it cannot hold).")
+    used = [f"{name} ({stats['accepted']} accepted of {stats['checks']} checks)"
+            for name, stats in (report.get("strategies") or {}).items() if stats.get("checks")]
+    if used:
+        lines.append("Checks by strategy: " + ", ".join(used) + ".")
+    lines += ["", "![nodes left against checks run](reduction.png)"]
+
+    lines += ["", "## Environment", "", "(the fields of NVIDIA's TensorRT issue template; env.json has more)", ""]
+    for key, label in TEMPLATE_FIELDS.items():
+        value = env.get(key)
+        lines.append(f"**{label}**: {value if value is not None else 'n/a'}  ")
+    extras = {"GPU compute capability": env.get("gpu_compute_capability"), "CPU": env.get("cpu"),
+              "onnx": env.get("onnx_version"), "onnxruntime": env.get("onnxruntime_version"),
+              "polygraphy": env.get("polygraphy_version")}
+    lines.append("; ".join(f"{k}: {v}" for k, v in extras.items() if v is not None) + ".")
+    if report.get("command_line"):
+        lines += ["", "Command: `onnx-reduce " + shlex.join(report["command_line"]) + "`"]
+
+    lines += ["", "## Files", ""]
+    present = set(report.get("files") or [])
+    lines += [f"- `{name}`: {text}" for name, text in FILES.items() if name in present]
+    return "\n".join(lines) + "\n"
