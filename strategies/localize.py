@@ -29,9 +29,9 @@ class FirstDivergence:
         graph = context.model.dag.subgraph(current.nodes)
         options: list[frozenset[int]] = []
         for node in earliest:  # the node alone, grown upwards until what feeds it is faithful
-            options.append(_grown(frozenset({node}), context, current))
+            options.append(grown(frozenset({node}), context, current))
         first = earliest[0]  # then the earliest with its direct producers
-        options.append(_grown(frozenset({first, *graph.predecessors(first)}), context, current))
+        options.append(grown(frozenset({first, *graph.predecessors(first)}), context, current))
         seen, batch = set(), []
         for option in options:
             if option not in seen and len(option) < len(current):
@@ -41,7 +41,7 @@ class FirstDivergence:
             yield batch
 
 
-def _grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
+def grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
     """Add the producers of cut inputs the target could not hold (an overflow starts further up)."""
     while True:
         producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(Candidate(nodes))}
