@@ -81,6 +81,19 @@ def turn_budget(nodes: int) -> int:
     return 2 * max(1, nodes).bit_length() + 4
 
 
+def by_yield(strategies: list, stats: dict[str, StrategyStats]) -> list:
+    """The order of a round: strategies not run yet first, as given; then by nodes removed per check."""
+
+    def rank(item):
+        position, strategy = item
+        done = stats.get(strategy.name)
+        if done is None or not done.turns:
+            return (0, 0.0, position)
+        return (1, -done.nodes_removed / max(done.spent, 1), position)
+
+    return [strategy for _, strategy in sorted(enumerate(strategies), key=rank)]
+
+
 class Progress:
     """What the driver tells the user; the CLI supplies a rich or a plain one."""
 
@@ -245,7 +258,7 @@ class Reduction:
             progressed = True
             while progressed:
                 progressed = False
-                for strategy in self._by_yield([s for s in others if id(s) not in dropped]):
+                for strategy in by_yield([s for s in others if id(s) not in dropped], self.counters.per_strategy):
                     before = len(self.best)
                     finished = self._run_strategy(strategy, turn_budget(len(self.best)))
                     if len(self.best) < before:
@@ -256,16 +269,6 @@ class Reduction:
             self._run_strategy(closer, None)
             if len(self.best) == before:
                 return
-
-    def _by_yield(self, strategies: list) -> list:
-        def rank(item):
-            position, strategy = item
-            stats = self.counters.per_strategy.get(strategy.name)
-            if stats is None or not stats.turns:
-                return (0, 0.0, position)  # not run yet: in the order given
-            return (1, -stats.nodes_removed / max(stats.spent, 1), position)
-
-        return [strategy for _, strategy in sorted(enumerate(strategies), key=rank)]
 
     def _run_strategy(self, strategy, budget: int | None) -> bool:
         """One turn: True when the strategy ran to its end, False when its budget cut it short."""
