@@ -204,7 +204,7 @@ class Reduction:
         job = CheckJob(
             model=built.proto,
             feeds={name: self.store.path(name) for name in built.fed},
-            reference={
+            reference=None if candidate.edits else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))
                 for name in built.outputs
                 if built.reference_name(name) in self.store

@@ -17,6 +17,8 @@ BUILTIN_STRATEGIES = {
     "ddmin": "strategies.ddmin:DeltaDebugging",
     "probdd": "strategies.probdd:ProbabilisticDeltaDebugging",
     "linear": "strategies.linear:LinearSweep",
+    "attributes": "strategies.attributes:AttributeDefaults",
+    "weights": "strategies.weights:SimplerWeights",
 }
 DEFAULT_ORDER = ("localize", "cone", "bisect", "ddmin", "regions", "linear")
 

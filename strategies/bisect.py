@@ -25,7 +25,7 @@ class BoundaryBisection:
             while too_many - removable > 1:
                 middle = (removable + too_many) // 2
                 kept = nodes[middle:] if from_front else nodes[: len(nodes) - middle]
-                probe = Candidate(frozenset(kept))
+                probe = current.keeping(kept)
                 winner = yield [probe]
                 if winner is None:
                     too_many = middle
@@ -35,7 +35,7 @@ class BoundaryBisection:
                 last = max(current.nodes)
                 graph = context.model.dag.subgraph(current.nodes)
                 options = [grown(frozenset({last}), context, current), frozenset(nx.ancestors(graph, last) | {last})]
-                batch = list(dict.fromkeys(Candidate(o) for o in options if len(o) < len(current)))
+                batch = list(dict.fromkeys(current.keeping(o) for o in options if len(o) < len(current)))
                 if batch:
                     winner = yield batch
                     if winner is not None:

@@ -36,7 +36,7 @@ class FirstDivergence:
         for option in options:
             if option not in seen and len(option) < len(current):
                 seen.add(option)
-                batch.append(Candidate(option))
+                batch.append(current.keeping(option))
         if batch:
             yield batch
 
@@ -44,7 +44,7 @@ class FirstDivergence:
 def grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
     """Add the producers of cut inputs the target could not hold (an overflow starts further up)."""
     while True:
-        producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(Candidate(nodes))}
+        producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(current.keeping(nodes))}
         producers = {p for p in producers if p is not None and p in current.nodes and p not in nodes}
         if not producers:
             return nodes

@@ -85,3 +85,31 @@ def test_time_limit_stops_with_a_valid_failing_best(tmp_path):
 
 def test_root_is_the_repository():
     assert (ROOT / "corpus" / "manifest.json").exists()
+
+
+def test_dimension_passes_keep_the_failure_and_give_a_valid_simpler_model(tmp_path):
+    """Attributes back to their defaults and simpler weights, each kept only where the failure survives
+    against a reference run of the edited candidate itself; node and tensor names stay the original's."""
+    out = tmp_path / "out"
+    done = reduce_entry(SILERO, out, "--strategy", "bisect,attributes,weights,linear")
+    assert done.returncode == 0, done.stderr
+    report = report_of(out)
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert report["strategies"]["attributes"]["accepted"] >= 1
+    original = onnx.load(str(ROOT / "corpus" / SILERO["model"]))
+    minimal = onnx.load(str(out / "minimal.onnx"))
+    onnx.checker.check_model(minimal, full_check=True)
+    by_name = {node.name: node for node in original.graph.node}
+    for node in minimal.graph.node:
+        assert node.name in by_name and list(node.output) == list(by_name[node.name].output)
+        assert len(node.attribute) <= len(by_name[node.name].attribute)
+        assert not node.doc_string
+    assert sum(len(n.attribute) for n in minimal.graph.node) < sum(
+        len(by_name[n.name].attribute) for n in minimal.graph.node)
+    assert not minimal.metadata_props and not minimal.graph.value_info
+    read = {name for node in minimal.graph.node for name in node.input}
+    assert {t.name for t in minimal.graph.initializer} <= read  # no unused initializer
+    # the edited model fails on its own, judged by `check` against its own fresh reference run
+    check = cli("check", str(out / "minimal.onnx"), "--inputs", str(out / "minimal_inputs.npz"),
+                *oracle_flags(SILERO), cwd=tmp_path)
+    assert check.returncode == 1, check.stdout + check.stderr

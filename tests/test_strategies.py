@@ -181,5 +181,18 @@ def test_every_strategy_proposes_only_strict_subsets(tmp_path):
             if isinstance(batch, Probe):
                 assert batch.candidate == start
                 continue
-            assert all(c.nodes < start.nodes for c in batch), strategy.name
+            # smaller, or as small with one more edit (an attribute reset, a simpler weight)
+            assert all(c.nodes < start.nodes or (c.nodes == start.nodes and len(c.edits) > len(start.edits))
+                       for c in batch), strategy.name
             break
+
+
+def test_edits_are_part_of_the_candidate_and_survive_node_removal():
+    from reducer.candidate import AttributeDefault, WeightFill
+
+    plain = Candidate(frozenset({1, 2, 3}))
+    edited = plain.with_edit(AttributeDefault(2, "alpha")).with_edit(WeightFill("w", 0.0))
+    assert edited.key() != plain.key()
+    assert edited.key() == plain.with_edit(WeightFill("w", 0.0)).with_edit(AttributeDefault(2, "alpha")).key()
+    assert edited.without([1]).edits == edited.edits
+    assert edited.keeping({2}).edits == edited.edits
