@@ -221,16 +221,23 @@ Reading these figures:
 - Every minimal model from onnx-reduce is re-checked, 1-minimal (the tests prove it node by node) and
   faithful: no cut input is fed a value fp16 cannot hold. Polygraphy's silero result has **0 nodes**:
   an empty graph that passes int16-scale audio straight through fp16, which "fails" only because fp16
-  cannot hold the input, the unfaithful repro the faithfulness rule exists to refuse.
-- Polygraphy's bisect stops early (6, 34, 173 nodes); ours goes on to 1-minimal, which costs checks:
-  every remaining node must be shown necessary. The last column gives the checks and seconds at which
-  our run with the same command first held a model as small as Polygraphy's final one.
-- Targets not met: with the same command, checks on the det models (3.5x and 4.0x Polygraphy's) and
-  wall time on three of four models. There the command itself costs ~2.5 s a check, ~1.8 s of it
-  loading the 240-280 MB layerwise JSON, so wall time follows the check count. With the built-in
-  oracle the det fp16 case is 4.2x faster, not 5x: 2.7 s of its 6.8 s is onnxconverter-common converting
-  the layerwise probe (its graph-output handling is quadratic in the number of outputs).
+  cannot hold the input, the unfaithful repro the faithfulness rule exists to refuse; it is left out of
+  the "smallest" column.
+- The same-command search has no layerwise probe (a command cannot name failing outputs). `bisect` cuts
+  the back first: the shortest failing prefix ends where the failure first shows, and its last node,
+  alone (grown until faithful) and with its ancestor cone, is tried before the front is cut. On silero,
+  det fp16 and rec that is the whole search: 1, 1 and 3 nodes in about Polygraphy's checks.
+- ppocrv4_det_fp32_O3 is the exception: accumulation-order differences with no single bad op, so many
+  places fail marginally (3x the tolerance). The shortest failing prefix ends in the first layers, where
+  the failure needs ORT's Conv+HardSwish fusion with its constants (a 6-node repro, 1-minimal), and
+  getting there from 235 nodes costs ddmin and the closing sweep about 80 checks. Plain ddmin happens to
+  walk to a lone GlobalAveragePool (1 node). Target missed there, in checks and in size.
+- ProbDD (`probdd,linear`) against plain ddmin: fewer checks on det fp16 (and a smaller model: ddmin
+  stops at a 6-node local minimum there), the same on rec, more on silero. It is kept as a strategy,
+  not in the default order: after `bisect` there was little left for either to do, and on the O3 case
+  ddmin did better in the default order.
 """
+
 
 
 def _cpus() -> int:
