@@ -126,7 +126,7 @@ class CheckJob:
 
     model: onnx.ModelProto
     feeds: dict[str, Path]  # input name -> .npy file
-    reference: dict[str, np.ndarray]  # output name -> reference value (memory-mapped)
+    reference: dict[str, np.ndarray] | None  # output name -> value (memory-mapped); None: the oracle runs it
     workdir: Path  # private to this check
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import queue
+import threading
 
 from oracles import make_runner
 from oracles.base import Check, CheckJob, RunResult, Verdict
@@ -44,6 +45,8 @@ class BuiltinOracle:
         self.environments = worker_environments(getattr(runner, "uses_gpu", False), jobs)
         self._workers = [Worker(runner.spec, env={**placement, **(env or {})}) for placement in self.environments]
         self.jobs = len(self._workers)
+        self._reference_worker: Worker | None = None  # started for the first candidate with edits
+        self._reference_lock = threading.Lock()
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self._workers:
             worker.start()  # they import their runtime while the model loads
@@ -68,11 +71,25 @@ class BuiltinOracle:
             self._idle.put(worker)
         if result.status == "unavailable":
             raise RunnerUnavailableError(f"runner {self.runner_spec} cannot run here: {result.error}")
-        verdict = self.check.judge(result, job.reference)
+        reference = job.reference if job.reference is not None else self._reference(path, job)
+        if reference is None:
+            return result, Verdict(False, None, "the reference run of this candidate fails")
+        verdict = self.check.judge(result, reference)
         verdict.log = result.text
         return result, verdict
 
+    def _reference(self, path, job: CheckJob) -> dict | None:
+        """The reference outputs of a candidate whose edits make the captured values stale."""
+        from reducer.activations import REFERENCE_RUNNER
+
+        with self._reference_lock:  # one reference worker, shared by the --jobs threads
+            if self._reference_worker is None:
+                self._reference_worker = Worker(REFERENCE_RUNNER)
+                self._reference_worker.start()
+            result = self._reference_worker.run(path, job.feeds, self.timeout)
+        return result.outputs if result.status == "ok" else None
+
     def close(self) -> None:
-        for worker in self._workers:
+        for worker in [*self._workers, *([self._reference_worker] if self._reference_worker else [])]:
             worker.close()
 

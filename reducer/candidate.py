@@ -1,4 +1,5 @@
-"""A Candidate is a subset of the original nodes; materializing it gives a valid, runnable model."""
+"""A Candidate is a subset of the original nodes plus edits (an attribute back to its default, a weight
+made simpler); materializing it gives a valid, runnable model."""
 
 from __future__ import annotations
 
@@ -21,10 +22,41 @@ LAYERWISE_SUFFIX = "__layerwise"
 
 
 @dataclass(frozen=True)
+class AttributeDefault:
+    """Node `node` without its attribute `attribute`: the operator's default applies."""
+
+    node: int
+    attribute: str
+
+    def apply(self, node: onnx.NodeProto) -> None:
+        kept = [a for a in node.attribute if a.name != self.attribute]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+
+
+@dataclass(frozen=True)
+class WeightFill:
+    """Initializer `name` filled with one value (same shape and type): zeros first, then its mean."""
+
+    name: str
+    value: float
+
+    def tensor(self, original: onnx.TensorProto) -> onnx.TensorProto:
+        array = numpy_helper.to_array(original)
+        return numpy_helper.from_array(np.full(array.shape, self.value, dtype=array.dtype), original.name)
+
+
+Edit = AttributeDefault | WeightFill
+
+
+@dataclass(frozen=True)
 class Candidate:
-    """The original nodes kept (indices into Model.nodes, which are topologically sorted)."""
+    """The original nodes kept (indices into Model.nodes, which are topologically sorted), and edits that
+    change what some of them compute. Edits change the reference too: a candidate with edits is compared
+    against a reference run of itself, not against the captured values."""
 
     nodes: frozenset[int]
+    edits: tuple[Edit, ...] = ()
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -33,11 +65,21 @@ class Candidate:
         return sorted(self.nodes)
 
     def without(self, removed) -> Candidate:
-        return Candidate(self.nodes - frozenset(removed))
+        return Candidate(self.nodes - frozenset(removed), self.edits)
+
+    def keeping(self, nodes) -> Candidate:
+        """Another node set with this candidate's edits."""
+        return Candidate(frozenset(nodes), self.edits)
+
+    def with_edit(self, edit: Edit) -> Candidate:
+        return Candidate(self.nodes, tuple(sorted({*self.edits, edit}, key=repr)))
 
     def key(self) -> str:
-        """Canonical: the same node set always hashes the same, whichever strategy proposed it."""
-        return hashlib.sha256(",".join(map(str, self.ordered())).encode()).hexdigest()
+        """Canonical: the same node set and edits always hash the same, whichever strategy proposed them."""
+        text = ",".join(map(str, self.ordered()))
+        if self.edits:
+            text += "|" + ";".join(map(repr, self.edits))
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -67,6 +109,16 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
 
     graph = onnx.GraphProto(name=model.proto.graph.name or "reduced")
     graph.node.extend(model.nodes[i] for i in kept)
+    reset = {}
+    for edit in candidate.edits:
+        if isinstance(edit, AttributeDefault) and edit.node in candidate.nodes:
+            reset.setdefault(edit.node, []).append(edit)
+    fills = {edit.name: edit for edit in candidate.edits if isinstance(edit, WeightFill)}
+    for position, index in enumerate(kept):
+        node = graph.node[position]
+        node.ClearField("doc_string")  # says nothing a vendor needs; the name stays, to map back to the full model
+        for edit in reset.get(index, ()):
+            edit.apply(node)
     fed: list[str] = []
     frozen: list[str] = []
     for name in read_by_kept:
@@ -76,7 +128,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             graph.input.append(model.graph_inputs[name])  # the original declaration: dynamic dims stay
             fed.append(name)
         elif name in model.initializers:
-            graph.initializer.append(model.initializer_inline(name))
+            tensor = model.initializer_inline(name)
+            graph.initializer.append(fills[name].tensor(tensor) if name in fills else tensor)
         elif name not in store:
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
         else:

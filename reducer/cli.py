@@ -14,6 +14,7 @@ from reducer import errors
 from reducer.errors import ReducerError, UsageError
 from reducer.inputs import DEFAULT_INPUT_RANGE, parse_input_range, parse_input_shapes
 from reducer.session import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions
+from strategies import DEFAULT_ORDER
 
 CHECK_FLAGS = ("--check", "--check-inference")
 
@@ -122,18 +123,30 @@ def cli() -> None:
 @oracle_options
 @output_option
 @click.option("--strategy", "strategy", default=None, metavar="A,B,...",
-              help="Strategies to run, in order (default: cone,bisect,regions,ddmin,linear).")
+              help="Strategies to run; the first round in this order, then by nodes removed per check; "
+              "the last one closes every round (default: " + ",".join(DEFAULT_ORDER) + ").")
 @click.option("--jobs", "jobs", type=int, default=None,
               help="Candidates checked at once (warm workers or commands); the result is the same as with 1. "
               "Default: 1, or one per visible GPU for GPU runners.")
+@click.option("--max-checks", "max_checks", type=int, default=None, metavar="N",
+              help="Stop after N checks in all (the first and the final re-check included), keeping the best "
+              "so far: report.json says budget-exhausted; exit 0.")
+@click.option("--time-limit", "time_limit", type=float, default=None, metavar="SECONDS",
+              help="Stop searching after SECONDS (the check in flight finishes, then the best so far is "
+              "re-checked): report.json says budget-exhausted; exit 0.")
 @click.option("--no-faithful", "no_faithful", is_flag=True,
               help="Also check candidates whose cut inputs hold values the target cannot represent.")
 @json_option
 @click.pass_context
-def reduce(ctx, model, output, strategy, jobs, no_faithful, as_json, **kwargs) -> None:
+def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithful, as_json, **kwargs) -> None:
+    from reducer.driver import Limits
     from reducer.progress import make_progress
     from reducer.session import reduce_model
-    from strategies import DEFAULT_ORDER
+
+    if max_checks is not None and max_checks < 2:
+        raise UsageError("--max-checks must be at least 2 (the whole model is checked first and the result last)")
+    if time_limit is not None and not time_limit > 0:
+        raise UsageError("--time-limit must be positive")
 
     names = [s.strip() for s in strategy.split(",") if s.strip()] if strategy else list(DEFAULT_ORDER)
     if not names:
@@ -145,7 +158,7 @@ def reduce(ctx, model, output, strategy, jobs, no_faithful, as_json, **kwargs) -
     progress = make_progress()
     try:
         report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress,
-                                    ctx.obj.get("argv"))
+                                    ctx.obj.get("argv"), Limits(max_checks, time_limit))
     finally:
         getattr(progress, "stop", lambda: None)()
     if as_json:
@@ -237,6 +250,9 @@ def _summary(report: dict, out_dir: Path) -> str:
         figures += f"; bug-report bundle {out_dir / bundle['zip']} ({bundle['zip_bytes'] / 1e3:.0f} kB)"
     if status == "reduced":
         return f"reduced {figures}: {out_dir / report['minimal']} fails with {_signature(report)}"
+    if status == "budget-exhausted":
+        return (f"stopped at {report.get('stopped_by')}, {figures}: {out_dir / report['minimal']} (not minimal) "
+                f"fails with {_signature(report)}")
     if status == "not-failing":
         return f"not failing: {report.get('original', {}).get('reason', '')} (nothing to reduce)"
     if status == "flaky":

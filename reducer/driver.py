@@ -30,6 +30,9 @@ class StrategyStats:
     accepted: int = 0
     nodes_removed: int = 0
     seconds: float = 0.0
+    spent: int = 0  # verdicts used in order (what budgets and yields count; see Reduction._spend)
+    turns: int = 0
+    cut_short: int = 0  # turns ended by the per-turn budget
 
 
 @dataclass
@@ -49,6 +52,46 @@ class _Pending:
     job: CheckJob
     built: object
     verdict: Verdict | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When the whole search stops, keeping the best so far: checks in all (the final re-check
+    included) and seconds since the job began (the check in flight finishes first)."""
+
+    max_checks: int | None = None
+    time_limit: float | None = None
+
+
+class SearchStopped(Exception):
+    """The search reached --max-checks or --time-limit; the best so far stands."""
+
+    def __init__(self, limit: str):
+        super().__init__(limit)
+        self.limit = limit
+
+
+class _TurnOver(Exception):
+    """A strategy spent its turn's budget."""
+
+
+def turn_budget(nodes: int) -> int:
+    """Checks one strategy may spend in a turn: a bisection of both ends of the current candidate fits,
+    so cheap strategies finish; a costly one is cut short and waits for its turn to come round again."""
+    return 2 * max(1, nodes).bit_length() + 4
+
+
+def by_yield(strategies: list, stats: dict[str, StrategyStats]) -> list:
+    """The order of a round: strategies not run yet first, as given; then by nodes removed per check."""
+
+    def rank(item):
+        position, strategy = item
+        done = stats.get(strategy.name)
+        if done is None or not done.turns:
+            return (0, 0.0, position)
+        return (1, -done.nodes_removed / max(done.spent, 1), position)
+
+    return [strategy for _, strategy in sorted(enumerate(strategies), key=rank)]
 
 
 class Progress:
@@ -87,6 +130,7 @@ class Reduction:
         progress: Progress | None = None,
         jobs: int = 1,
         started: float | None = None,  # when the job began: history's seconds count from there
+        limits: Limits | None = None,
     ):
         self.model = model
         self.store = store
@@ -95,6 +139,10 @@ class Reduction:
         self.strategies = strategies
         self.faithful = faithful
         self.jobs = max(1, jobs)
+        self.limits = limits or Limits()
+        self._decided: set[str] = set()  # candidates whose verdict the search has used, in order
+        self._turn_spent, self._turn_limit = 0, None
+        self.turns: list[dict] = []  # the schedule as it ran: strategy, budget, spent, removed, cut short
         self._reported_unfaithful: set[str] = set()
         self.started = time.perf_counter() if started is None else started
         self.progress = progress or Progress()
@@ -156,7 +204,7 @@ class Reduction:
         job = CheckJob(
             model=built.proto,
             feeds={name: self.store.path(name) for name in built.fed},
-            reference={
+            reference=None if candidate.edits else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))
                 for name in built.outputs
                 if built.reference_name(name) in self.store
@@ -198,32 +246,51 @@ class Reduction:
         return self.original
 
     def search(self) -> None:
-        active = list(self.strategies)
-        while True:
-            progressed = []
-            for strategy in active:
-                before = len(self.best)
-                self._run_strategy(strategy)
-                if len(self.best) < before:
-                    progressed.append(strategy)
-            if not progressed:
+        """Rounds of turns among all strategies but the last, while one of them makes progress: the best
+        yield so far first (nodes removed per check in this run; the named order until each has run
+        once), each turn capped at `turn_budget` checks. One that ran to its end without removing anything
+        is not asked again. Then the last one named closes (without a budget): when it removes nothing,
+        the result is minimal for it (the linear sweep by default: 1-minimal); otherwise the rounds go on.
+        Raises SearchStopped when --max-checks or --time-limit is reached."""
+        *others, closer = self.strategies or [None]
+        dropped: set[int] = set()
+        while closer is not None:
+            progressed = True
+            while progressed:
+                progressed = False
+                for strategy in by_yield([s for s in others if id(s) not in dropped], self.counters.per_strategy):
+                    before = len(self.best)
+                    finished = self._run_strategy(strategy, turn_budget(len(self.best)))
+                    if len(self.best) < before:
+                        progressed = True
+                    elif finished:
+                        dropped.add(id(strategy))
+            before = len(self.best)
+            self._run_strategy(closer, None)
+            if len(self.best) == before:
                 return
-            # A strategy that found nothing is not asked again; the last one (linear sweep by default)
-            # always closes the round, so the result is checked for 1-minimality.
-            active = [s for s in self.strategies if s in progressed or s is self.strategies[-1]]
 
-    def _run_strategy(self, strategy) -> None:
+    def _run_strategy(self, strategy, budget: int | None) -> bool:
+        """One turn: True when the strategy ran to its end, False when its budget cut it short."""
         self._strategy = strategy.name
         stats = self.counters.per_strategy.setdefault(strategy.name, StrategyStats())
-        started = time.perf_counter()
+        stats.turns += 1
+        started, nodes_before = time.perf_counter(), len(self.best)
+        self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)
             while True:
+                if self._turn_over():
+                    raise _TurnOver
                 if isinstance(batch, Probe):  # only worth a check where the oracle names failing outputs
-                    layerwise = self.oracle.names_failing_outputs
-                    batch = proposals.send(self.judge(batch.candidate, mark_all=True) if layerwise else None)
+                    verdict = None
+                    if self.oracle.names_failing_outputs:
+                        self._stop_if_spent(1)
+                        verdict = self.judge(batch.candidate, mark_all=True)
+                        self._spend("layerwise:" + batch.candidate.key(), verdict)
+                    batch = proposals.send(verdict)
                     continue
                 winner, verdict = self._first_interesting(batch, strategy.name)
                 if winner is not None:
@@ -234,21 +301,60 @@ class Reduction:
                     context.failing_outputs = verdict.signature.outputs
                 batch = proposals.send(winner)
         except StopIteration:
-            pass
+            return self._end_turn(strategy, budget, nodes_before, finished=True)
+        except _TurnOver:
+            stats.cut_short += 1
+            return self._end_turn(strategy, budget, nodes_before, finished=False)
         finally:
+            proposals.close()
             stats.seconds += time.perf_counter() - started
+
+    def _end_turn(self, strategy, budget: int | None, nodes_before: int, finished: bool) -> bool:
+        self.turns.append({"strategy": strategy.name, "budget": budget, "spent": self._turn_spent,
+                           "removed": nodes_before - len(self.best), "finished": finished})
+        return finished
+
+    def _stop_if_spent(self, window: int) -> int:
+        """How many of the next `window` candidates may be checked; SearchStopped when none may. One
+        check is kept back for the final re-check, so --max-checks bounds the whole run."""
+        if self.limits.time_limit is not None and time.perf_counter() - self.started >= self.limits.time_limit:
+            raise SearchStopped("time-limit")
+        if self.limits.max_checks is not None:
+            left = self.limits.max_checks - 1 - self.counters.checks
+            if left <= 0:
+                raise SearchStopped("max-checks")
+            return min(window, left)
+        return window
 
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
         of candidates is checked at once; the answer is the one checking them in order would give."""
-        for start in range(0, len(batch), self.jobs):
-            window = batch[start : start + self.jobs]
+        start = 0
+        while start < len(batch):
+            window = batch[start : start + self._stop_if_spent(self.jobs)]
             verdicts = self.judge_all(window)
             self.progress.update(len(self.best), self.counters, strategy)
-            for offset, verdict in enumerate(verdicts):
+            for offset, (candidate, verdict) in enumerate(zip(window, verdicts, strict=True)):
+                self._spend(candidate.key(), verdict)
                 if self.interesting(verdict):
                     return start + offset, verdict
+                if self._turn_over():
+                    raise _TurnOver
+            start += len(window)
         return None, None
+
+    def _spend(self, key: str, verdict: Verdict | None) -> None:
+        """Count a verdict the search has now used, in order. Budgets and yields count these rather than
+        the oracle's runs, so that what a window checked ahead (--jobs) or what an earlier run left in
+        the cache changes neither: the path stays the one of a first run checking one at a time."""
+        if verdict is None or key in self._decided:
+            return
+        self._decided.add(key)
+        self._turn_spent += 1
+        self.counters.per_strategy.setdefault(self._strategy, StrategyStats()).spent += 1
+
+    def _turn_over(self) -> bool:
+        return self._turn_limit is not None and self._turn_spent >= self._turn_limit
 
     def _accept(self, candidate: Candidate, verdict: Verdict, strategy: str) -> None:
         self.best, self.best_verdict = candidate, verdict

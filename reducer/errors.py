@@ -1,7 +1,7 @@
 """Errors the user caused (bad model, bad flags): one line each, a documented exit code."""
 
 # Exit codes, documented in README.md.
-EXIT_REDUCED = 0
+EXIT_REDUCED = 0  # also when --max-checks or --time-limit stopped the search: status budget-exhausted
 EXIT_NOT_FAILING = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_REPRODUCED = 3

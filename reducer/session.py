@@ -15,7 +15,7 @@ import onnx
 from oracles.base import Oracle, Verdict
 from reducer import errors
 from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
-from reducer.driver import MINIMAL, Progress, Reduction
+from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
 from reducer.errors import BadModelError, UsageError
 from reducer.inputs import load_inputs_file, prepare_inputs
 from reducer.model import Model, load_model
@@ -190,16 +190,18 @@ def reduce_model(
     faithful: bool,
     progress: Progress,
     command_line: list[str] | None = None,
+    limits: Limits | None = None,
 ) -> tuple[dict, int]:
-    """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far. Whenever a
-    minimal model exists (reduced, interrupted, not reproduced), the bug-report bundle is written too."""
+    """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far, and so
+    does reaching a limit (exit 0 all the same: the model is reduced and re-checked, if not minimal).
+    Whenever a minimal model exists (reduced, interrupted, not reproduced), the bug-report bundle is written."""
     from strategies import make_strategies
 
     started = time.perf_counter()
     strategies = make_strategies(strategy_names)
     oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
     jobs = getattr(oracle, "jobs", None) or oracle_options.jobs or 1
-    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, jobs, started)
+    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, jobs, started, limits)
     report = {
         "status": "interrupted",
         "model": str(model_path),
@@ -220,11 +222,18 @@ def reduce_model(
             code = errors.EXIT_NOT_FAILING
             return report, code
         reduction.write_best()
-        reduction.search()
+        stopped_by = None
+        try:
+            reduction.search()
+        except SearchStopped as stop:
+            stopped_by = stop.limit
+            report["stopped_by"] = stopped_by
+            progress.message(f"{stop.limit} reached: keeping the best so far ({len(reduction.best)} nodes)")
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
         if reduction.interesting(final):
-            report["status"], code = "reduced", errors.EXIT_REDUCED
+            report["status"] = "budget-exhausted" if stopped_by else "reduced"
+            code = errors.EXIT_REDUCED
         else:
             report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
     except KeyboardInterrupt:
@@ -244,7 +253,7 @@ def reduce_model(
             report["origin"] = origin(model, reduction.best.ordered())
         write_report(out_dir, report)
         try:
-            if report["status"] in ("reduced", "interrupted", "not-reproduced") and "minimal" in report:
+            if report["status"] in ("reduced", "budget-exhausted", "interrupted", "not-reproduced") and "minimal" in report:
                 # after Ctrl-C a worker may still owe the interrupted check's answer: a fresh oracle then
                 warm = reduction.oracle if report["status"] != "interrupted" else None
                 report["bundle"] = _bundle(out_dir, warm, progress)
@@ -320,6 +329,7 @@ def _figures(reduction: Reduction, started: float) -> dict:
         "seconds": round(time.perf_counter() - started, 3),
         "signature": signature.to_json() if signature else None,
         "strategies": {name: vars(stats) for name, stats in counters.per_strategy.items()},
+        "turns": reduction.turns,
     }
 
 

@@ -15,9 +15,12 @@ BUILTIN_STRATEGIES = {
     "regions": "strategies.regions:DominatorRegions",
     "chunks": "strategies.chunks:AdaptiveChunks",
     "ddmin": "strategies.ddmin:DeltaDebugging",
+    "probdd": "strategies.probdd:ProbabilisticDeltaDebugging",
     "linear": "strategies.linear:LinearSweep",
+    "attributes": "strategies.attributes:AttributeDefaults",
+    "weights": "strategies.weights:SimplerWeights",
 }
-DEFAULT_ORDER = ("localize", "cone", "ddmin", "bisect", "regions", "linear")
+DEFAULT_ORDER = ("localize", "cone", "bisect", "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:

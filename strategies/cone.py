@@ -22,6 +22,6 @@ class ConeOfInfluence:
         union = frozenset().union(*cones)
         if union not in options:
             options.append(union)
-        batch = [Candidate(cone) for cone in options if len(cone) < len(current)]
+        batch = [current.keeping(cone) for cone in options if len(cone) < len(current)]
         if batch:
             yield batch

@@ -26,12 +26,12 @@ class DeltaDebugging:
         while len(items) >= 2:
             chunks = _split(items, granularity)
             if granularity > 2:  # at 2, keeping one half is removing the other: tested just below
-                subsets = [Candidate(frozenset(chunk)) for chunk in chunks]
+                subsets = [current.keeping(chunk) for chunk in chunks]
                 winner = yield subsets
                 if winner is not None:
                     items, granularity = chunks[winner], 2
                     continue
-            complements = [Candidate(frozenset(items) - frozenset(chunk)) for chunk in chunks]
+            complements = [current.keeping(frozenset(items) - frozenset(chunk)) for chunk in chunks]
             winner = yield complements
             if winner is not None:
                 items = complements[winner].ordered()

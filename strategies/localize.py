@@ -29,22 +29,22 @@ class FirstDivergence:
         graph = context.model.dag.subgraph(current.nodes)
         options: list[frozenset[int]] = []
         for node in earliest:  # the node alone, grown upwards until what feeds it is faithful
-            options.append(_grown(frozenset({node}), context, current))
+            options.append(grown(frozenset({node}), context, current))
         first = earliest[0]  # then the earliest with its direct producers
-        options.append(_grown(frozenset({first, *graph.predecessors(first)}), context, current))
+        options.append(grown(frozenset({first, *graph.predecessors(first)}), context, current))
         seen, batch = set(), []
         for option in options:
             if option not in seen and len(option) < len(current):
                 seen.add(option)
-                batch.append(Candidate(option))
+                batch.append(current.keeping(option))
         if batch:
             yield batch
 
 
-def _grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
+def grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
     """Add the producers of cut inputs the target could not hold (an overflow starts further up)."""
     while True:
-        producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(Candidate(nodes))}
+        producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(current.keeping(nodes))}
         producers = {p for p in producers if p is not None and p in current.nodes and p not in nodes}
         if not producers:
             return nodes

@@ -51,7 +51,7 @@ class DominatorRegions:
         too_small, fits = -1, len(regions)  # index `fits` stands for the current candidate
         while fits - too_small > 1:
             middle = (too_small + fits) // 2
-            winner = yield [Candidate(regions[middle])]
+            winner = yield [current.keeping(regions[middle])]
             if winner is None:
                 too_small = middle
             else:

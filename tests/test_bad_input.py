@@ -185,6 +185,11 @@ def test_unknown_strategy(work):
                      mentions=("strategy", "nope"))
 
 
+@pytest.mark.parametrize("flag, value", [("--max-checks", "1"), ("--time-limit", "0"), ("--max-checks", "many")])
+def test_bad_limits(work, flag, value):
+    assert_bad_input(work, "reduce", "models/good.onnx", "-o", "out", flag, value, mentions=(flag,))
+
+
 def test_missing_output_option(work):
     assert_bad_input(work, "reduce", "models/good.onnx", *FP32, mentions=("-o",))
     assert not (work / "out").exists()

@@ -188,7 +188,8 @@ def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddmin", "chunks,linear"])
 def test_parallel_checks_give_the_same_result(tmp_path, strategy):
-    """--jobs 2 checks a window of candidates at once; the first failing one in order still wins."""
+    """--jobs 2 checks a window of candidates at once; the first failing one in order still wins, and
+    turns cut short by their budget end at the same candidate: the schedule is the same, turn for turn."""
     entry = next(e for e in FAILING if e["name"].startswith("ppocrv4_rec"))
     reports = []
     for jobs in ("1", "2"):
@@ -197,4 +198,7 @@ def test_parallel_checks_give_the_same_result(tmp_path, strategy):
         assert done.returncode == 0, done.stderr
         reports.append(json.loads((out / "report.json").read_text()))
     assert reports[0]["kept_nodes"] == reports[1]["kept_nodes"]
+    assert reports[0]["turns"] == reports[1]["turns"]
+    if strategy == "chunks,linear":
+        assert any(not turn["finished"] for turn in reports[0]["turns"])  # budgets were in play
     assert reports[1]["checks"] >= reports[0]["checks"]  # speculation may spend checks, never skip one

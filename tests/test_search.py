@@ -1,0 +1,115 @@
+"""The search as a whole on real corpus models: the scheduler's turns and budgets, --max-checks and
+--time-limit (the same result with --jobs 2: test_corpus_e2e)."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+from test_corpus_e2e import FAILING, ROOT, cli, oracle_flags, reduce_entry
+
+from reducer.driver import StrategyStats, by_yield, turn_budget
+from strategies import make_strategies
+
+SILERO = next(e for e in FAILING if e["name"].startswith("silero"))
+REC = next(e for e in FAILING if e["name"].startswith("ppocrv4_rec"))
+
+
+def report_of(out) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_turn_budget_fits_a_bisection_of_both_ends():
+    for nodes in (1, 7, 121, 672, 5000):
+        assert turn_budget(nodes) >= 2 * max(1, nodes - 1).bit_length()
+    assert turn_budget(672) < 672 // 10  # a costly strategy is cut short long before a linear sweep ends
+
+
+def test_turns_respect_their_budget_and_the_closer_proves_minimality(tmp_path):
+    """A linear sweep over 121 nodes is far beyond a turn's budget: it is cut short and resumed later;
+    bisect, the closer here, runs unbudgeted until it removes nothing."""
+    out = tmp_path / "out"
+    done = reduce_entry(SILERO, out, "--strategy", "linear,bisect")
+    assert done.returncode == 0, done.stderr
+    report = report_of(out)
+    assert report["status"] == "reduced"
+    turns = report["turns"]
+    linear_turns = [t for t in turns if t["strategy"] == "linear"]
+    assert linear_turns and all(t["spent"] <= t["budget"] for t in linear_turns)
+    assert any(not t["finished"] for t in linear_turns), turns  # cut short at least once
+    assert report["strategies"]["linear"]["cut_short"] >= 1
+    closing = [t for t in turns if t["strategy"] == "bisect"]
+    assert all(t["budget"] is None for t in closing)
+    assert closing[-1]["removed"] == 0 and closing[-1]["finished"]  # the search ends on a closer that found nothing
+    assert report["nodes_after"] < report["nodes_before"]
+
+
+def test_a_round_runs_new_strategies_first_then_the_best_yield():
+    linear, bisect, ddmin, cone = make_strategies(["linear", "bisect", "ddmin", "cone"])
+    stats = {"linear": StrategyStats(spent=40, nodes_removed=20, turns=1),  # 0.5 per check
+             "bisect": StrategyStats(spent=10, nodes_removed=100, turns=1),  # 10 per check
+             "ddmin": StrategyStats(spent=24, nodes_removed=0, turns=1)}
+    assert [s.name for s in by_yield([linear, bisect, ddmin, cone], stats)] == ["cone", "bisect", "linear", "ddmin"]
+    assert [s.name for s in by_yield([linear, bisect, ddmin, cone], {})] == ["linear", "bisect", "ddmin", "cone"]
+
+
+def test_max_checks_stops_with_a_valid_failing_best(tmp_path):
+    out = tmp_path / "out"
+    done = reduce_entry(REC, out, "--max-checks", "10")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    report = report_of(out)
+    assert report["status"] == "budget-exhausted"
+    assert report["stopped_by"] == "max-checks"
+    assert report["checks"] <= 10
+    assert report["final"]["failing"]
+    minimal = onnx.load(str(out / "minimal.onnx"))
+    onnx.checker.check_model(minimal, full_check=True)
+    assert len(minimal.graph.node) == report["nodes_after"] < report["nodes_before"]
+    check = cli("check", str(out / "minimal.onnx"), "--inputs", str(out / "minimal_inputs.npz"), *oracle_flags(REC),
+                cwd=tmp_path)
+    assert check.returncode == 1, check.stdout + check.stderr
+
+
+def test_time_limit_stops_with_a_valid_failing_best(tmp_path):
+    out = tmp_path / "out"
+    done = reduce_entry(SILERO, out, "--time-limit", "0.001")  # spent before the search's first check
+    assert done.returncode == 0, done.stderr
+    report = report_of(out)
+    assert report["status"] == "budget-exhausted"
+    assert report["stopped_by"] == "time-limit"
+    assert report["final"]["failing"]
+    assert report["checks"] == 2  # the whole model, then the re-check of the best so far (the same model)
+    onnx.checker.check_model(str(out / "minimal.onnx"))
+
+
+def test_root_is_the_repository():
+    assert (ROOT / "corpus" / "manifest.json").exists()
+
+
+def test_dimension_passes_keep_the_failure_and_give_a_valid_simpler_model(tmp_path):
+    """Attributes back to their defaults and simpler weights, each kept only where the failure survives
+    against a reference run of the edited candidate itself; node and tensor names stay the original's."""
+    out = tmp_path / "out"
+    done = reduce_entry(SILERO, out, "--strategy", "bisect,attributes,weights,linear")
+    assert done.returncode == 0, done.stderr
+    report = report_of(out)
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert report["strategies"]["attributes"]["accepted"] >= 1
+    original = onnx.load(str(ROOT / "corpus" / SILERO["model"]))
+    minimal = onnx.load(str(out / "minimal.onnx"))
+    onnx.checker.check_model(minimal, full_check=True)
+    by_name = {node.name: node for node in original.graph.node}
+    for node in minimal.graph.node:
+        assert node.name in by_name and list(node.output) == list(by_name[node.name].output)
+        assert len(node.attribute) <= len(by_name[node.name].attribute)
+        assert not node.doc_string
+    assert sum(len(n.attribute) for n in minimal.graph.node) < sum(
+        len(by_name[n.name].attribute) for n in minimal.graph.node)
+    assert not minimal.metadata_props and not minimal.graph.value_info
+    read = {name for node in minimal.graph.node for name in node.input}
+    assert {t.name for t in minimal.graph.initializer} <= read  # no unused initializer
+    # the edited model fails on its own, judged by `check` against its own fresh reference run
+    check = cli("check", str(out / "minimal.onnx"), "--inputs", str(out / "minimal_inputs.npz"),
+                *oracle_flags(SILERO), cwd=tmp_path)
+    assert check.returncode == 1, check.stdout + check.stderr
