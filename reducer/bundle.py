@@ -137,7 +137,8 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
     target_model, target_note = _target_model(options, runner_spec, model, staging)
     if options.get("check_command"):
         options["check_command"] = _ship_command_files(options["check_command"], staging)
-    facts = ReproFacts(options, runner_spec, target_model, report.get("signature"))
+    facts = ReproFacts(options, runner_spec, target_model, report.get("signature"),
+                       {name: list(value.shape) for name, value in feeds.items()})
     family = family_of(facts)
     for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
         (staging / name).write_text(text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SCRIPTS = Path(__file__).parent / "repro_scripts"
@@ -25,6 +25,7 @@ class ReproFacts:
     runner: str  # the runner's full spec, e.g. onnxruntime:cpu:fp16:O3
     target_model: str  # the model file the target runs (minimal.onnx, or target.onnx when the runner converts)
     signature: dict | None = None  # the recorded failure
+    input_shapes: dict = field(default_factory=dict)  # the minimal model's inputs, as fed
 
     @property
     def exit_code(self) -> int | None:
@@ -160,6 +161,70 @@ def _sh_word(arg: str) -> str:
     return "".join(places.get(piece) or shlex.quote(piece) for piece in pieces if piece) or "''"
 
 
+# -- tensorrt ------------------------------------------------------------------------------------------
+TRTEXEC_FLAGS = {"fp32": ["--noTF32"], "tf32": [], "fp16": ["--fp16"], "bf16": ["--bf16"], "int8": ["--int8"],
+                 "fp8": ["--fp8"], "best": ["--best"]}
+POLYGRAPHY_TRT_FLAGS = {"fp32": [], "tf32": ["--tf32"], "fp16": ["--fp16"], "bf16": ["--bf16"],
+                        "int8": ["--int8"], "fp8": ["--fp8"], "best": ["--tf32", "--fp16", "--bf16", "--int8"]}
+
+
+def _trt_precision(facts: ReproFacts) -> str:
+    parts = facts.runner.split(":")
+    return parts[1] if len(parts) > 1 else "fp32"
+
+
+def trt_repro_py(facts: ReproFacts) -> str:
+    options = facts.options
+    return fill((SCRIPTS / "tensorrt_repro.py").read_text(), {
+        "CHECK": options["fail_on"],
+        "ATOL": float(options["atol"]),
+        "RTOL": float(options["rtol"]),
+        "FAIL_REGEX": list(options.get("fail_regex", [])),
+        "TARGET_MODEL": facts.target_model,
+        "PRECISION": _trt_precision(facts),
+    })
+
+
+def trt_repro_sh(facts: ReproFacts) -> str:
+    precision = _trt_precision(facts)
+    converted = facts.target_model != "minimal.onnx"  # TensorRT-RTX: the fp16 model, built strongly typed
+    shapes = ",".join(f"{name}:{'x'.join(map(str, shape))}" for name, shape in facts.input_shapes.items() if shape)
+    trtexec = ["trtexec", f"--onnx={facts.target_model}", "--verbose",
+               *([] if converted else TRTEXEC_FLAGS[precision])] + ([f"--shapes={shapes}"] if shapes else [])
+    polygraphy = ["polygraphy", "run", facts.target_model, "--trt", "--load-inputs", "inputs.json",
+                  *([] if converted else POLYGRAPHY_TRT_FLAGS[precision])]
+    for name, shape in facts.input_shapes.items():
+        if shape:
+            polygraphy += ["--trt-min-shapes", f"{name}:{shape}", "--trt-opt-shapes", f"{name}:{shape}",
+                           "--trt-max-shapes", f"{name}:{shape}"]
+    options = facts.options
+    lines = [SH_HEADER.rstrip("\n"),
+             f"# The target: {facts.target_model}, {facts.runner}. With TensorRT-RTX, use its `tensorrt_rtx` tool",
+             "# in place of trtexec and set POLYGRAPHY_USE_TENSORRT_RTX=1 for polygraphy.",
+             "# The engine build, verbose (the builder's log is what the reducer's --fail-regex searched):",
+             "# " + shlex.join(trtexec)]
+    if options["fail_on"] == "error":
+        regexes = options.get("fail_regex", [])
+        pattern = "|".join(f"({r})" for r in regexes) or "."
+        lines += ["# reproduced when building/running the engine fails with the recorded message",
+                  f"if ! {shlex.join(polygraphy)} > repro.log 2>&1 && grep -qE {shlex.quote(pattern)} repro.log; "
+                  "then exit 1; fi", "exit 0"]
+    elif options["fail_on"] == "tolerance":
+        lines.append(shlex.join(polygraphy + ["--load-outputs", "reference_outputs.json", "--check-error-stat",
+                                              "elemwise", "--atol", repr(float(options["atol"])),
+                                              "--rtol", repr(float(options["rtol"]))]))
+    else:
+        lines.append(shlex.join(polygraphy + ["--validate"]))
+    return "\n".join(lines) + "\n"
+
+
+def trt_environment() -> dict:
+    from oracles.tensorrt_runner import _version, installed_flavour
+
+    flavour = installed_flavour()
+    return {"tensorrt_flavour": flavour, "tensorrt_module_version": _version(flavour)}
+
+
 # -- anything else -------------------------------------------------------------------------------------
 def unsupported_py(facts: ReproFacts) -> str:
     return (
@@ -184,6 +249,7 @@ def no_environment() -> dict:
 FAMILIES: dict[str, Family] = {
     "onnxruntime": Family(ort_repro_py, ort_repro_sh, ort_environment),
     "command": Family(command_repro_py, command_repro_sh, no_environment),
+    "tensorrt": Family(trt_repro_py, trt_repro_sh, trt_environment),
 }
 UNSUPPORTED = Family(unsupported_py, unsupported_sh, no_environment)
 

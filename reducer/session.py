@@ -253,7 +253,8 @@ def reduce_model(
             report["origin"] = origin(model, reduction.best.ordered())
         write_report(out_dir, report)
         try:
-            if report["status"] in ("reduced", "budget-exhausted", "interrupted", "not-reproduced") and "minimal" in report:
+            bundled = ("reduced", "budget-exhausted", "interrupted", "not-reproduced")
+            if report["status"] in bundled and "minimal" in report:
                 # after Ctrl-C a worker may still owe the interrupted check's answer: a fresh oracle then
                 warm = reduction.oracle if report["status"] != "interrupted" else None
                 report["bundle"] = _bundle(out_dir, warm, progress)

@@ -7,6 +7,7 @@ Stages (run them in one go, or one per command where a machine allows only so lo
   reduce    every failing (model, runner) found by explore, reduced three ways side by side:
             polygraphy debug reduce --mode=bisect with a check command, onnx-reduce with the same
             command, onnx-reduce with its built-in oracle
+  parallel  one reduction with one worker, then with one worker per visible GPU: same result, wall time
 
     python scripts/gpu_proof.py --out results/ --stage explore --stage overhead
     python scripts/gpu_proof.py --out results/ --stage reduce --deadline 540
@@ -264,6 +265,27 @@ def overhead(out: Path, runners: list[str], checks: int = 8) -> list[dict]:
     return rows
 
 
+def parallel(entries: list[dict], out: Path) -> list[dict]:
+    """ddmin on the rec NaN (many independent candidates a round) with one worker, then one per GPU."""
+    from oracles.gpu import visible_gpus
+
+    entry = next(e for e in entries if "rec" in e["name"])
+    rows = []
+    for jobs in sorted({1, max(1, len(visible_gpus()))}):
+        target = out / "work" / f"parallel{jobs}"
+        flags = ["reduce", str(entry["model"]), "--inputs", str(entry["inputs"]), "--runner",
+                 "onnxruntime:cuda:fp16", "--fail-on", "nan", "--strategy", "ddmin,linear", "--jobs", str(jobs),
+                 "-o", str(target)]
+        seconds, output, code = reducer(flags, ROOT, 600)
+        report = json.loads((target / "report.json").read_text()) if (target / "report.json").exists() else {}
+        row = {"jobs": jobs, "gpus": len(visible_gpus()), "seconds": round(seconds, 1), "exit": code,
+               "nodes": report.get("nodes_after"), "checks": report.get("checks"),
+               "kept_nodes": report.get("kept_nodes")}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def render(out: Path) -> str:
     lines = []
     doctor = out / "doctor.json"
@@ -309,7 +331,10 @@ def _signature(signature: dict | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--stage", action="append", choices=["explore", "overhead", "reduce"], required=True)
+    parser.add_argument("--stage", action="append", choices=["explore", "overhead", "reduce", "parallel"],
+                        required=True)
+    parser.add_argument("--tool-timeout", type=float, default=None, help="seconds per tool and case")
+    parser.add_argument("--only-model", default=None, help="reduce only the cases of this model")
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=MODEL,INPUTS")
     parser.add_argument("--deadline", type=float, default=560, help="seconds; later steps are skipped")
     parser.add_argument("--max-cases", type=int, default=4)
@@ -336,12 +361,15 @@ def main() -> int:
         by_name = {e["name"]: e for e in entries}
         done = out / "reduce.json"
         results = json.loads(done.read_text()) if done.exists() else []  # a later batch adds to the first
-        for case in reduce_cases(explored, by_name)[args.first_case : args.first_case + args.max_cases]:
+        cases = [c for c in reduce_cases(explored, by_name) if args.only_model in (None, c["model"])]
+        for case in cases[args.first_case : args.first_case + args.max_cases]:
             left = deadline - time.perf_counter()
             if left < 60:
                 break
-            results.append(reduce_one(case, out, timeout=left / 3))
+            results.append(reduce_one(case, out, timeout=args.tool_timeout or left / 3))
             done.write_text(json.dumps(results, indent=1, default=str))
+    if "parallel" in args.stage:
+        (out / "parallel.json").write_text(json.dumps(parallel(entries, out), indent=1))
     (out / "proof.md").write_text(render(out))
     shutil.rmtree(out / "work", ignore_errors=True)
     return 0

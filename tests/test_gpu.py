@@ -19,6 +19,8 @@ from reducer.doctor import probe_model
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "corpus" / "models" / "ch_PP-OCRv4_rec_infer.onnx"
 REC_INPUTS = ROOT / "corpus" / "inputs" / "ppocrv4_rec_textline_rawpixels.npz"
+SILERO = ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx"
+SILERO_INPUTS = ROOT / "corpus" / "inputs" / "silero_vad_int16pcm.npz"
 
 pytestmark = pytest.mark.gpu
 
@@ -74,3 +76,38 @@ def test_cuda_fp16_nan_is_reduced_on_the_gpu(tmp_path):
     assert report["status"] == "reduced" and report["final"]["failing"]
     assert report["signature"]["kind"] == "nan"
     assert report["nodes_after"] <= 10 < report["nodes_before"]
+    _bundle_reproduces(out)
+
+
+def _bundle_reproduces(out: Path) -> None:
+    """The bundle replays with `bundle verify` (exit 0) and its standalone repro.py reproduces (exit 1)."""
+    import zipfile
+
+    verify = subprocess.run([sys.executable, "-m", "reducer", "bundle", "verify", str(out / "bundle.zip")],
+                            capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    unpacked = out.parent / "unpacked"
+    with zipfile.ZipFile(out / "bundle.zip") as archive:
+        archive.extractall(unpacked)
+    repro = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=unpacked / "bundle",
+                           timeout=900)
+    assert repro.returncode == 1, repro.stdout + repro.stderr
+
+
+def test_tensorrt_internal_error_is_reduced_with_its_message(tmp_path):
+    """Silero VAD's decoder conditional trips an internal assertion in TensorRT-RTX's builder (seen on
+    H100, TensorRT-RTX 1.7.1): reduced with the assertion's text as --fail-regex, repeated builds."""
+    _needs("tensorrt:fp32")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(SILERO), "--inputs", str(SILERO_INPUTS),
+                           "--runner", "tensorrt:fp32", "--fail-on", "error", "--fail-regex",
+                           r"Internal Error \(Assertion tScope", "--repeat", "2", "--min-fails", "2",
+                           "-o", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    if report.get("status") == "not-failing":
+        pytest.skip(f"this TensorRT builds silero's conditional: {report['original']['reason']}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert report["status"] == "reduced" and report["nodes_after"] <= 3
+    flakiness = report["flakiness"]
+    assert flakiness["repeat"] == 2 and flakiness["runs"] > flakiness["candidates"] >= 1
+    _bundle_reproduces(out)

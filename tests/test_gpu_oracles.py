@@ -208,3 +208,27 @@ def test_check_candidate_script_matches_runner_errors(tmp_path):
               str(tmp_path / "in.npz"), "--runner", "onnxruntime:cpu:fp32", "--fail-on", "error"]
     assert subprocess.run([*script, "--fail-regex", "NoSuchOp"], cwd=ROOT, capture_output=True).returncode == 1
     assert subprocess.run([*script, "--fail-regex", "elephant"], cwd=ROOT, capture_output=True).returncode == 3
+
+
+def test_tensorrt_bundle_scripts_name_the_build_and_check(tmp_path):
+    """A TensorRT bundle's repro.sh carries the trtexec and polygraphy lines with the precision and the
+    fed shapes; its repro.py is valid Python that says plainly when TensorRT is missing (exit 2)."""
+    from reducer.repro import ReproFacts, family_of
+
+    options = {"fail_on": "error", "atol": 1e-5, "rtol": 1e-5, "fail_regex": ["Assertion tScope"]}
+    facts = ReproFacts(options, "tensorrt:fp16", "minimal.onnx", {"kind": "error", "detail": "TensorRTInternalError"},
+                       {"x": [1, 3, 48, 192]})
+    family = family_of(facts)
+    script = family.repro_sh(facts)
+    assert "trtexec --onnx=minimal.onnx --verbose --fp16 --shapes=x:1x3x48x192" in script
+    assert "--trt-opt-shapes 'x:[1, 3, 48, 192]'" in script and "--fp16" in script
+    assert "Assertion tScope" in script
+    (tmp_path / "repro.py").write_text(family.repro_py(facts))
+    compile((tmp_path / "repro.py").read_text(), "repro.py", "exec")
+    assert "FAIL_REGEX = ['Assertion tScope']" in (tmp_path / "repro.py").read_text()
+    from oracles.tensorrt_runner import installed_flavour
+
+    if installed_flavour() is None:
+        np.savez(tmp_path / "inputs.npz", x=np.zeros((1, 3, 48, 192), np.float32))
+        done = subprocess.run([sys.executable, "-I", str(tmp_path / "repro.py")], capture_output=True, text=True)
+        assert done.returncode == 2 and "cannot run here" in done.stdout
