@@ -265,16 +265,17 @@ def overhead(out: Path, runners: list[str], checks: int = 8) -> list[dict]:
     return rows
 
 
-def parallel(entries: list[dict], out: Path) -> list[dict]:
-    """ddmin on the rec NaN (many independent candidates a round) with one worker, then one per GPU."""
+def parallel(entries: list[dict], out: Path, model: str = "rec", runner: str = "onnxruntime:cuda:fp16",
+             fail_on: str = "nan") -> list[dict]:
+    """ddmin (many independent candidates a round) with one worker, then one worker per GPU."""
     from oracles.gpu import visible_gpus
 
-    entry = next(e for e in entries if "rec" in e["name"])
+    entry = next(e for e in entries if model in e["name"])
     rows = []
     for jobs in sorted({1, max(1, len(visible_gpus()))}):
         target = out / "work" / f"parallel{jobs}"
         flags = ["reduce", str(entry["model"]), "--inputs", str(entry["inputs"]), "--runner",
-                 "onnxruntime:cuda:fp16", "--fail-on", "nan", "--strategy", "ddmin,linear", "--jobs", str(jobs),
+                 runner, "--fail-on", fail_on, "--strategy", "ddmin,linear", "--jobs", str(jobs),
                  "-o", str(target)]
         seconds, output, code = reducer(flags, ROOT, 600)
         report = json.loads((target / "report.json").read_text()) if (target / "report.json").exists() else {}
@@ -335,6 +336,7 @@ def main() -> int:
                         required=True)
     parser.add_argument("--tool-timeout", type=float, default=None, help="seconds per tool and case")
     parser.add_argument("--only-model", default=None, help="reduce only the cases of this model")
+    parser.add_argument("--parallel", default="rec/onnxruntime:cuda:fp16/nan", metavar="MODEL/RUNNER/FAIL_ON")
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=MODEL,INPUTS")
     parser.add_argument("--deadline", type=float, default=560, help="seconds; later steps are skipped")
     parser.add_argument("--max-cases", type=int, default=4)
@@ -369,7 +371,8 @@ def main() -> int:
             results.append(reduce_one(case, out, timeout=args.tool_timeout or left / 3))
             done.write_text(json.dumps(results, indent=1, default=str))
     if "parallel" in args.stage:
-        (out / "parallel.json").write_text(json.dumps(parallel(entries, out), indent=1))
+        model, runner, fail_on = args.parallel.split("/")
+        (out / "parallel.json").write_text(json.dumps(parallel(entries, out, model, runner, fail_on), indent=1))
     (out / "proof.md").write_text(render(out))
     shutil.rmtree(out / "work", ignore_errors=True)
     return 0
