@@ -99,7 +99,7 @@ def run_reducer(entry: dict, flags: list[str], work: Path) -> dict:
     report = json.loads((out / "report.json").read_text())
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     return {"seconds": seconds, "nodes": report["nodes_after"], "checks": report["checks"],
-            "bytes": (out / "minimal.onnx").stat().st_size, "history": history}
+            "bytes": (out / "minimal.onnx").stat().st_size, "history": history, "kept": report.get("kept_nodes")}
 
 
 def reached(run: dict, nodes: int) -> str:

@@ -17,10 +17,11 @@ BUILTIN_STRATEGIES = {
     "ddmin": "strategies.ddmin:DeltaDebugging",
     "probdd": "strategies.probdd:ProbabilisticDeltaDebugging",
     "linear": "strategies.linear:LinearSweep",
+    "singletons": "strategies.singletons:SingleNodes",
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
 }
-DEFAULT_ORDER = ("localize", "cone", "bisect", "ddmin", "regions", "linear")
+DEFAULT_ORDER = ("localize", "cone", "bisect", "singletons", "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:

@@ -4,6 +4,7 @@ predicates whose minimal answers are known, on the real graph structure of small
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import networkx as nx
 import onnx
@@ -196,3 +197,25 @@ def test_edits_are_part_of_the_candidate_and_survive_node_removal():
     assert edited.key() == plain.with_edit(WeightFill("w", 0.0)).with_edit(AttributeDefault(2, "alpha")).key()
     assert edited.without([1]).edits == edited.edits
     assert edited.keeping({2}).edits == edited.edits
+
+
+def test_singletons_finds_a_one_node_repro_outside_the_current_candidate(tmp_path):
+    """On the O3 case bisection settles on a fused Conv/Mul/Add chain near the input; one node per op type,
+    taken from the whole model, finds a lone node that fails the same way elsewhere."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "out"
+    model = root / "corpus/models/ch_PP-OCRv4_det_infer.onnx"
+    inputs = root / "corpus/inputs/ppocrv4_det_page.npz"
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs", str(inputs), "--runner",
+                           "onnxruntime:cpu:fp32:O3", "--fail-on", "tolerance", "--strategy",
+                           "bisect,singletons,linear", "-o", str(out), "--json"], capture_output=True, text=True,
+                          cwd=root, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    turns = [t for t in report["turns"] if t["strategy"] == "singletons" and t["removed"]]
+    assert turns and report["nodes_after"] == 1
+    assert report["final"]["failing"]

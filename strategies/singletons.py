@@ -1,0 +1,33 @@
+"""One node alone, one per op type. A wrong kernel fails with its node alone, wherever the node sits,
+so a handful of checks can find a one-node repro that bisection or ddmin, which only ever remove nodes
+from where they first found the failure, cannot reach from a larger local minimum. Nodes are taken from
+the whole model, the current candidate's first (latest in topological order: nearest the failure).
+Skipped once the candidate is already tiny: a few checks more are not worth one node less."""
+
+from __future__ import annotations
+
+from reducer.candidate import Candidate
+from strategies.base import Proposals, SearchContext
+
+TINY = 3  # nodes: below this a repro is already as small as a vendor needs
+SKIPPED_OPS = frozenset({"Constant"})  # no inputs: alone it computes nothing to compare
+
+
+class SingleNodes:
+    name = "singletons"
+
+    def search(self, current: Candidate, context: SearchContext) -> Proposals:
+        if len(current) <= TINY:
+            return
+        nodes = context.model.nodes
+        inside = sorted(current.nodes, reverse=True)
+        outside = [i for i in range(len(nodes) - 1, -1, -1) if i not in current.nodes]
+        chosen: dict[str, int] = {}
+        for index in inside + outside:
+            op = nodes[index].op_type
+            if op not in SKIPPED_OPS and op not in chosen:
+                chosen[op] = index
+        batch = [current.keeping({i}) if i in current.nodes else Candidate(frozenset({i}))
+                 for i in chosen.values()]
+        if batch:
+            yield batch
