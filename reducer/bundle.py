@@ -118,7 +118,7 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
     with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
         feeds = {name: np.asarray(data[name]) for name in data.files}
     _save_arrays(staging / "inputs", [feeds])
-    reference = _reference_outputs(out_dir, model, feeds, staging / "work")
+    reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
     _save_run_results(staging / "reference_outputs", reference, "reference")
 
     own = oracle is None
@@ -237,12 +237,13 @@ def _store_index(out_dir: Path) -> dict:
         return {}
 
 
-def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scratch: Path) -> dict[str, np.ndarray]:
+def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scratch: Path,
+                       stale: bool = False) -> dict[str, np.ndarray]:
     """The values the oracle judged against: the reference run's, from the activation store; a reference
-    run of the minimal model when the store is gone."""
+    run of the minimal model when the store is gone, or `stale` (edits changed what the nodes compute)."""
     index = _store_index(out_dir)
     names = [o.name for o in model.graph.output]
-    if all(name in index for name in names):
+    if not stale and all(name in index for name in names):
         return {name: np.load(out_dir / "activations" / index[name]["file"], allow_pickle=False) for name in names}
     from oracles.worker import Worker
     from reducer.activations import REFERENCE_RUNNER

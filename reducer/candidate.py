@@ -46,7 +46,39 @@ class WeightFill:
         return numpy_helper.from_array(np.full(array.shape, self.value, dtype=array.dtype), original.name)
 
 
-Edit = AttributeDefault | WeightFill
+@dataclass(frozen=True)
+class ShrinkAxis:
+    """Every fed tensor (graph input or cut tensor) whose axis `axis` (negative: from the end) has size
+    `size` is cut to its first `keep` elements there: batch to 1, spatial and sequence dims halved. What
+    the kept nodes compute changes with it, so the candidate is judged against a reference run of itself."""
+
+    axis: int
+    size: int
+    keep: int
+
+    def slices(self, shape: tuple[int, ...]) -> tuple | None:
+        """The slice of a tensor of this shape, or None when the edit does not touch it."""
+        rank = len(shape)
+        position = self.axis if self.axis >= 0 else rank + self.axis
+        if rank < 2 or not 0 <= position < rank or shape[position] != self.size:
+            return None
+        return tuple(slice(0, self.keep) if d == position else slice(None) for d in range(rank))
+
+
+Edit = AttributeDefault | WeightFill | ShrinkAxis
+
+
+def shrunk_shape(shape: tuple[int, ...], edits: tuple) -> tuple[tuple[int, ...], tuple | None]:
+    """The shape after the candidate's ShrinkAxis edits, applied in order, and the slice that gives it."""
+    shape, cut = tuple(shape), None
+    for edit in edits:
+        if isinstance(edit, ShrinkAxis):
+            part = edit.slices(shape)
+            if part is not None:
+                cut = part if cut is None else tuple(
+                    a if b == slice(None) else b for a, b in zip(cut, part, strict=True))
+                shape = tuple(edit.keep if s != slice(None) else d for d, s in zip(shape, part, strict=True))
+    return shape, cut
 
 
 @dataclass(frozen=True)
@@ -90,6 +122,7 @@ class Materialized:
     outputs: list[str]
     unrunnable: str | None = None  # why this candidate cannot be built (e.g. a value was never captured)
     observed: dict[str, str] = field(default_factory=dict)  # output name -> the tensor it shows
+    feed_slices: dict[str, tuple] = field(default_factory=dict)  # fed tensor -> the part of it fed (ShrinkAxis)
 
     def reference_name(self, output: str) -> str:
         return self.observed.get(output, output)
@@ -121,11 +154,19 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             edit.apply(node)
     fed: list[str] = []
     frozen: list[str] = []
+    shrinking = any(isinstance(edit, ShrinkAxis) for edit in candidate.edits)
+    feed_slices: dict[str, tuple] = {}
     for name in read_by_kept:
         if name in produced:
             continue
         if name in model.graph_inputs:
-            graph.input.append(model.graph_inputs[name])  # the original declaration: dynamic dims stay
+            declared = model.graph_inputs[name]  # the original declaration: dynamic dims stay
+            if shrinking and name in store:
+                shape, cut = shrunk_shape(store.records[name].shape, candidate.edits)
+                if cut is not None:
+                    feed_slices[name] = cut
+                    declared = _value_info(name, store.records[name].dtype, shape, concrete=True)
+            graph.input.append(declared)
             fed.append(name)
         elif name in model.initializers:
             tensor = model.initializer_inline(name)
@@ -138,7 +179,10 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
                 graph.initializer.append(numpy_helper.from_array(np.array(store.load(name)), name))
                 frozen.append(name)
             else:
-                graph.input.append(_value_info(name, record.dtype, record.shape, concrete=True))
+                shape, cut = shrunk_shape(record.shape, candidate.edits) if shrinking else (record.shape, None)
+                if cut is not None:
+                    feed_slices[name] = cut
+                graph.input.append(_value_info(name, record.dtype, shape, concrete=True))
                 fed.append(name)
 
     consumed = set(read_by_kept)
@@ -157,14 +201,20 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     for name in outputs:
         name_in_model = observed.get(name, name)
         known = model.value_types.get(name_in_model)
-        if known is not None and known.tensor_type.HasField("shape"):
+        if known is not None and known.tensor_type.HasField("shape") and not feed_slices:
             graph.output.append(onnx.helper.make_value_info(name, known))
         elif name_in_model in store:
             record = store.records[name_in_model]
             graph.output.append(_value_info(name, record.dtype, record.shape, concrete=False))
+        elif known is not None and known.tensor_type.HasField("shape"):  # shrunk: the rank, sizes left open
+            info = onnx.helper.make_tensor_value_info(name, known.tensor_type.elem_type, None)
+            info.type.tensor_type.shape.SetInParent()
+            for _ in known.tensor_type.shape.dim:
+                info.type.tensor_type.shape.dim.add()
+            graph.output.append(info)
         else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
-    return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed)
+    return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices)
 
 
 def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:

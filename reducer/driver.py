@@ -16,7 +16,7 @@ import numpy as np
 from oracles.base import CheckJob, Oracle, Verdict
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
-from reducer.candidate import Candidate, materialize, save_model
+from reducer.candidate import Candidate, Materialized, materialize, save_model, shrunk_shape
 from reducer.model import Model
 from strategies.base import Probe, SearchContext
 
@@ -203,7 +203,7 @@ class Reduction:
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
         job = CheckJob(
             model=built.proto,
-            feeds={name: self.store.path(name) for name in built.fed},
+            feeds=self._feeds(built, workdir),
             reference=None if candidate.edits else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))
                 for name in built.outputs
@@ -212,6 +212,18 @@ class Reduction:
             workdir=workdir,
         )
         return _Pending(key, job, built)
+
+    def _feeds(self, built: Materialized, workdir: Path) -> dict[str, Path]:
+        """Store files as they are; a shrunk input (ShrinkAxis) is written, sliced, into the check's folder."""
+        feeds = {}
+        for number, name in enumerate(built.fed):
+            if name in built.feed_slices:
+                workdir.mkdir(parents=True, exist_ok=True)
+                feeds[name] = workdir / f"shrunk{number}.npy"
+                np.save(feeds[name], np.ascontiguousarray(self.store.load(name)[built.feed_slices[name]]))
+            else:
+                feeds[name] = self.store.path(name)
+        return feeds
 
     def _run_check(self, pending: _Pending) -> Verdict:
         """The oracle on one prepared candidate; thread-safe, so several can run at once."""
@@ -232,6 +244,12 @@ class Reduction:
             return []
         built = materialize(self.model, candidate, self.store)
         return list(unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value))
+
+    def fed_shapes(self, candidate: Candidate) -> dict[str, tuple[int, ...]]:
+        """The shapes of the tensors a candidate is fed, after its ShrinkAxis edits."""
+        built = materialize(self.model, candidate, self.store)
+        return {name: shrunk_shape(self.store.records[name].shape, candidate.edits)[0]
+                for name in built.fed if name in self.store}
 
     def interesting(self, verdict: Verdict | None) -> bool:
         return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))
@@ -277,7 +295,8 @@ class Reduction:
         stats.turns += 1
         started, nodes_before = time.perf_counter(), len(self.best)
         self._turn_spent, self._turn_limit = 0, budget
-        context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs)
+        context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
+                                self.fed_shapes)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)
@@ -380,7 +399,8 @@ class Reduction:
         built = materialize(self.model, self.best, self.store)
         path = self.out_dir / "minimal_inputs.npz"
         tmp = self.out_dir / "minimal_inputs.tmp.npz"
-        np.savez(tmp, **{name: np.asarray(self.store.load(name)) for name in built.fed})
+        np.savez(tmp, **{name: np.asarray(self.store.load(name)[built.feed_slices.get(name, ...)])
+                         for name in built.fed})
         os.replace(tmp, path)
         return path
 

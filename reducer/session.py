@@ -324,6 +324,7 @@ def _figures(reduction: Reduction, started: float) -> dict:
     return {
         "nodes_after": len(reduction.best),
         "kept_nodes": reduction.best.ordered(),  # indices in the original model's topological order
+        "edits": [repr(edit) for edit in reduction.best.edits],  # attribute, weight and shape edits kept
         "checks": counters.checks,
         "cache_hits": counters.cache_hits,
         "rejected_unfaithful": counters.unfaithful,

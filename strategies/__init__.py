@@ -18,6 +18,7 @@ BUILTIN_STRATEGIES = {
     "probdd": "strategies.probdd:ProbabilisticDeltaDebugging",
     "linear": "strategies.linear:LinearSweep",
     "singletons": "strategies.singletons:SingleNodes",
+    "shapes": "strategies.shapes:SmallerInputs",
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
 }

@@ -35,6 +35,8 @@ class SearchContext:
     failing_outputs: tuple[str, ...]  # outputs that failed in the current candidate's verdict
     # cut tensors whose captured values the target cannot hold (the driver's faithfulness rule)
     unfaithful_inputs: Callable[[Candidate], list[str]] = lambda candidate: []
+    # the shapes of the tensors a candidate is fed (graph inputs and cut tensors), after its shape edits
+    fed_shapes: Callable[[Candidate], dict[str, tuple[int, ...]]] = lambda candidate: {}
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer.get(name) for name in self.failing_outputs}

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import onnx
 from test_corpus_e2e import FAILING, ROOT, cli, oracle_flags, reduce_entry
 
@@ -113,3 +115,42 @@ def test_dimension_passes_keep_the_failure_and_give_a_valid_simpler_model(tmp_pa
     check = cli("check", str(out / "minimal.onnx"), "--inputs", str(out / "minimal_inputs.npz"),
                 *oracle_flags(SILERO), cwd=tmp_path)
     assert check.returncode == 1, check.stdout + check.stderr
+
+
+def test_shapes_shrinks_the_fed_tensors_and_the_bundle_still_reproduces(tmp_path):
+    """`shapes` on the rec NaN: the minimal model's fed tensors get smaller (halved last axes), the
+    failure survives against a reference run of the shrunk inputs, and the bundle replays."""
+    import subprocess
+    import sys
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "out"
+    corpus = root / "corpus"
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(corpus / "models/ch_PP-OCRv4_rec_infer.onnx"),
+                           "--inputs", str(corpus / "inputs/ppocrv4_rec_textline_rawpixels.npz"), "--runner",
+                           "onnxruntime:cpu:fp16", "--fail-on", "nan", "--strategy",
+                           "localize,cone,bisect,shapes,linear", "-o", str(out), "--json"],
+                          capture_output=True, text=True, cwd=root, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert any("ShrinkAxis" in edit for edit in report["edits"])
+    model = onnx.load(str(out / "minimal.onnx"))
+    onnx.checker.check_model(model)
+    records = json.loads((out / "activations" / "index.json").read_text())["tensors"]
+    with np.load(out / "minimal_inputs.npz") as fed:
+        shrunk = [name for name in fed.files if name in records
+                  and int(np.prod(fed[name].shape)) < int(np.prod(records[name]["shape"]))]
+        for name in fed.files:  # the declaration matches what is fed
+            declared = next(i for i in model.graph.input if i.name == name)
+            assert [d.dim_value for d in declared.type.tensor_type.shape.dim] == list(fed[name].shape)
+    assert shrunk, "no fed tensor got smaller"
+    verify = subprocess.run([sys.executable, "-m", "reducer", "bundle", "verify", str(out / "bundle.zip")],
+                            capture_output=True, text=True, cwd=root, timeout=600)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with zipfile.ZipFile(out / "bundle.zip") as archive:
+        archive.extractall(tmp_path / "unpacked")
+    repro = subprocess.run([sys.executable, "-I", "repro.py"], capture_output=True, text=True,
+                           cwd=tmp_path / "unpacked" / "bundle", timeout=600)
+    assert repro.returncode == 1, repro.stdout + repro.stderr
