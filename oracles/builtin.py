@@ -21,7 +21,9 @@ def worker_environments(uses_gpu: bool, jobs: int | None) -> list[dict[str, str]
         return [{} for _ in range(jobs or 1)]
     from oracles.gpu import visible_gpus
 
-    gpus = [g.index for g in visible_gpus()] or ["0"]
+    gpus = [g.index for g in visible_gpus()]
+    if not gpus:  # none resolved (no nvidia-smi, or devices named by UUID): leave the choice to CUDA
+        return [{} for _ in range(jobs or 1)]
     return [{"CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)]} for k in range(jobs or len(gpus))]
 
 
@@ -42,7 +44,8 @@ class BuiltinOracle:
         self.description = f"{runner.spec} --fail-on {check.name}"
         identity = {"runner": self.environment, "check": check.name, **check_params}
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-        self.environments = worker_environments(getattr(runner, "uses_gpu", False), jobs)
+        self._uses_gpu = getattr(runner, "uses_gpu", False)
+        self.environments = worker_environments(self._uses_gpu, jobs)
         self._workers = [Worker(runner.spec, env={**placement, **(env or {})}) for placement in self.environments]
         self.jobs = len(self._workers)
         self._reference_worker: Worker | None = None  # started for the first candidate with edits
@@ -55,7 +58,7 @@ class BuiltinOracle:
     @property
     def reference_worker(self) -> Worker | None:
         """A warm worker the reference run (ONNX Runtime on the CPU) can borrow before the search starts."""
-        return None if self.environments[0] else self._workers[0]
+        return None if self._uses_gpu else self._workers[0]
 
     def judge(self, job: CheckJob) -> Verdict:
         return self.observe(job)[1]
