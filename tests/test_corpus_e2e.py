@@ -152,7 +152,9 @@ def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "reducer.cli", "reduce", str(ROOT / "corpus" / entry["model"]),
             "--inputs", str(ROOT / "corpus" / entry["inputs"]), *oracle_flags(entry), "-o", str(out)]
-    process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell's background job inherits SIGINT ignored, and Python keeps it so: give the child the default back
+    process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not (out / "history.jsonl").exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.05)
