@@ -1,8 +1,9 @@
 """One node alone, one per op type. A wrong kernel fails with its node alone, wherever the node sits,
 so a handful of checks can find a one-node repro that bisection or ddmin, which only ever remove nodes
-from where they first found the failure, cannot reach from a larger local minimum. Nodes are taken from
-the whole model, the current candidate's first (latest in topological order: nearest the failure).
-Skipped once the candidate is already tiny: a few checks more are not worth one node less."""
+from where they first found the failure, cannot reach from a larger local minimum. Rare op types are
+tried first (an unusual kernel is likelier to be the wrong one); for each, a node of the current
+candidate if it has one (the latest in topological order: nearest the failure), else one from the rest
+of the model. Skipped once the candidate is already tiny: a few checks more are not worth one node less."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ class SingleNodes:
             op = nodes[index].op_type
             if op not in SKIPPED_OPS and op not in chosen:
                 chosen[op] = index
-        batch = [current.keeping({i}) if i in current.nodes else Candidate(frozenset({i}))
-                 for i in chosen.values()]
+        counts: dict[str, int] = {}
+        for node in nodes:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        order = sorted(chosen, key=lambda op: counts[op])  # rare op types first (stable: nearest first on ties)
+        batch = [current.keeping({chosen[op]}) if chosen[op] in current.nodes else Candidate(frozenset({chosen[op]}))
+                 for op in order]
         if batch:
             yield batch
