@@ -230,13 +230,13 @@ Reading these figures:
 - ppocrv4_det_fp32_O3: accumulation-order differences, so many places fail marginally (3x the
   tolerance). The shortest failing prefix ends in the first layers, where the failure needs ORT's
   Conv+HardSwish fusion with its constants (a 6-node, also 1-minimal repro). `singletons` (one node per
-  op type, from the whole model) then finds a lone GlobalAveragePool that fails the same way: 1 node in
-  33 checks, 2.2x Polygraphy's 15 (the issue-3 target of 1.5x is missed there; the core issue's 2.5x
-  is met on all four).
-- Wall time, same command: 1.12x to 2.24x Polygraphy's, above the target of 1. With about the same
+  op type, rare types first, from the whole model) then finds a lone GlobalAveragePool that fails the
+  same way: 1 node in 28 checks, 1.87x Polygraphy's 15 (the issue-3 target of 1.5x is missed there;
+  the core issue's 2.5x is met on all four).
+- Wall time, same command: 1.12x to 2.00x Polygraphy's, above the target of 1. With about the same
   number of checks, ours also runs the fp32 reference once up front (capturing every tensor), re-checks
   the final model, and writes the bug-report bundle (the check command once more, repro.py run once,
-  two pictures: about 1.5 to 4 s). Built-in oracle: 2.8x to 5.1x faster than Polygraphy, against a
+  two pictures: about 1.5 to 4 s). Built-in oracle: 2.8x to 4.8x faster than Polygraphy, against a
   target of 5x, for the same reasons: on these small models the fixed costs (process start, reference
   capture, bundle) are most of the run; `seconds` in report.json, which stops before the bundle, is
   1.0 s for silero against Polygraphy's 8.7 s.
