@@ -72,6 +72,8 @@ class OnnxRuntimeRunner:
         flavour = [] if self.tf32 is None else ["tf32" if self.tf32 else "notf32"]
         self.spec = ":".join(["onnxruntime", device, precision, *flavour, self.level])
         self.uses_gpu = device != "cpu"
+        # the model is rewritten before it runs, except for TensorRT's EP, which takes fp32 and its fp16 flag
+        self.converts = precision == "fp16-storage" or (precision == "fp16" and device != "tensorrt")
         self.max_abs_value = FP16_MAX if precision.startswith("fp16") else None
 
     def describe(self) -> dict:
@@ -110,11 +112,9 @@ class OnnxRuntimeRunner:
     def executed_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The model as this runner executes it (converted to fp16, rounded through fp16, or as it is):
         what a standalone repro feeds to a plain ONNX Runtime session."""
-        if self.precision == "fp16" and self.device != "tensorrt":  # TensorRT's EP takes fp32 + its fp16 flag
-            return _to_fp16(model)
-        if self.precision == "fp16-storage":
-            return fp16_storage(model)
-        return model
+        if not self.converts:
+            return model
+        return fp16_storage(model) if self.precision == "fp16-storage" else _to_fp16(model)
 
     def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None) -> dict:
         session = self._session(model_path, external_dir)
@@ -143,7 +143,7 @@ class OnnxRuntimeRunner:
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
         options.log_severity_level = 2 if self.uses_gpu else 3  # a GPU provider's load failure is a warning
-        if self.precision != "fp32":
+        if self.converts:
             source = self.executed_model(onnx.load(str(model_path))).SerializeToString()
         elif external_dir is not None:
             source = Path(model_path).read_bytes()

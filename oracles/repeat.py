@@ -36,16 +36,8 @@ class RepeatedOracle:
         self.names_failing_outputs = inner.names_failing_outputs
         self.flakiness = Flakiness()
 
-    def __getattr__(self, name: str):  # environment, jobs, reference_worker: the inner oracle's
+    def __getattr__(self, name: str):  # max_abs_value, environment, jobs, reference_worker: the inner oracle's
         return getattr(self.inner, name)
-
-    @property
-    def max_abs_value(self) -> float | None:
-        return self.inner.max_abs_value
-
-    @max_abs_value.setter
-    def max_abs_value(self, value: float | None) -> None:
-        self.inner.max_abs_value = value
 
     def judge(self, job: CheckJob, every_run: bool = False) -> Verdict:
         """Stops once `min_fails` runs failed or too few runs are left for that, unless `every_run`."""

@@ -52,6 +52,34 @@ def probe_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]:
     return model, {"x": x}, np.maximum(x @ w + b, 0)
 
 
+def write_probe(folder: Path) -> tuple[Path, dict[str, Path], np.ndarray]:
+    """The probe model and its input as files in `folder`, as a check sends them to a worker, and the
+    expected output."""
+    model, feeds, expected = probe_model()
+    model_path = folder / "probe.onnx"
+    onnx.save(model, str(model_path))
+    feed_paths = {}
+    for name, value in feeds.items():
+        feed_paths[name] = folder / f"{name}.npy"
+        np.save(feed_paths[name], value)
+    return model_path, feed_paths, expected
+
+
+def run_probe(spec: str, uses_gpu: bool, timeout: float = PROBE_TIMEOUT):
+    """The probe run once by `spec` in a fresh worker (pinned to the first GPU for GPU runners):
+    (RunResult, expected output)."""
+    from oracles.builtin import worker_environments
+    from oracles.worker import Worker
+
+    with tempfile.TemporaryDirectory(prefix="onnx-reduce-doctor-") as scratch:
+        model_path, feed_paths, expected = write_probe(Path(scratch))
+        worker = Worker(spec, env=worker_environments(uses_gpu, 1)[0])
+        try:
+            return worker.run(model_path, feed_paths, timeout), expected
+        finally:
+            worker.close()
+
+
 def packages() -> dict[str, str]:
     found = {}
     for name in PACKAGES:
@@ -91,8 +119,6 @@ def machine() -> dict:
 def diagnose_runner(spec: str, probe: bool = True, timeout: float = PROBE_TIMEOUT) -> dict:
     """{"runner", "status": usable | builds-only | unusable | unavailable | not-probed, "why"}."""
     from oracles import make_runner
-    from oracles.builtin import worker_environments
-    from oracles.worker import Worker
 
     runner = make_runner(spec)
     entry = {"runner": runner.spec}
@@ -101,20 +127,7 @@ def diagnose_runner(spec: str, probe: bool = True, timeout: float = PROBE_TIMEOU
         return {**entry, "status": "unavailable", "why": why_not}
     if not probe:
         return {**entry, "status": "not-probed", "why": ""}
-    model, feeds, expected = probe_model()
-    env = worker_environments(getattr(runner, "uses_gpu", False), 1)[0]
-    with tempfile.TemporaryDirectory(prefix="onnx-reduce-doctor-") as scratch:
-        model_path = Path(scratch) / "probe.onnx"
-        onnx.save(model, str(model_path))
-        feed_paths = {}
-        for name, value in feeds.items():
-            feed_paths[name] = Path(scratch) / f"{name}.npy"
-            np.save(feed_paths[name], value)
-        worker = Worker(runner.spec, env=env)
-        try:
-            result = worker.run(model_path, feed_paths, timeout)
-        finally:
-            worker.close()
+    result, expected = run_probe(runner.spec, getattr(runner, "uses_gpu", False), timeout)
     if result.status != "ok":
         first = (result.error.strip().splitlines() or [""])[0][:400]
         if first.startswith("TensorRTEngineError"):

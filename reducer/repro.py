@@ -10,9 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oracles.onnxruntime_runner import LEVELS, OnnxRuntimeRunner
+from reducer.errors import UsageError
+
 SCRIPTS = Path(__file__).parent / "repro_scripts"
 ORT_PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
-ORT_LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
 SH_HEADER = ('#!/bin/sh\n# Exit status non-zero: the failure reproduces (like a failing test).\n'
              'set -u\ncd "$(dirname "$0")"\n')
 
@@ -56,27 +58,25 @@ def fill(template: str, settings: dict) -> str:
 
 
 # -- onnxruntime ---------------------------------------------------------------------------------------
-def _ort_parts(facts: ReproFacts) -> tuple[str, str] | None:
-    """(device, optimization level) of an onnxruntime spec that a standalone script can run, else None."""
-    parts = facts.runner.split(":")
-    device = parts[1] if len(parts) > 1 else "cpu"
-    level = next((p for p in parts[3:] if p in ORT_LEVELS), "O3")
-    if device not in ORT_PROVIDERS:
+def _ort_runner(facts: ReproFacts):
+    """The recorded onnxruntime runner, parsed as the reducer parses it; None when no script can run it."""
+    try:
+        runner = OnnxRuntimeRunner(facts.runner)
+    except UsageError:
         return None
-    return device, level
+    return runner if runner.device in ORT_PROVIDERS else None
 
 
-def _ort_providers(facts: ReproFacts, device: str) -> list:
+def _ort_providers(runner) -> list:
     """The providers as the runner created them: on cuda, TF32 on or off as its spec says."""
-    if device != "cuda":
-        return ORT_PROVIDERS[device]
-    tf32 = "0" if "notf32" in facts.runner.split(":") else "1"
-    return [["CUDAExecutionProvider", {"use_tf32": tf32}], "CPUExecutionProvider"]
+    if runner.device != "cuda":
+        return ORT_PROVIDERS[runner.device]
+    return [["CUDAExecutionProvider", {"use_tf32": "1" if runner.tf32 else "0"}], "CPUExecutionProvider"]
 
 
 def ort_repro_py(facts: ReproFacts) -> str:
-    parts = _ort_parts(facts)
-    if parts is None:
+    runner = _ort_runner(facts)
+    if runner is None:
         return unsupported_py(facts)
     options = facts.options
     return fill((SCRIPTS / "onnxruntime_repro.py").read_text(), {
@@ -85,19 +85,18 @@ def ort_repro_py(facts: ReproFacts) -> str:
         "RTOL": float(options["rtol"]),
         "FAIL_REGEX": list(options.get("fail_regex", [])),
         "TARGET_MODEL": facts.target_model,
-        "TARGET_PROVIDERS": _ort_providers(facts, parts[0]),
-        "TARGET_OPTIMIZATION": ORT_LEVELS[parts[1]],
+        "TARGET_PROVIDERS": _ort_providers(runner),
+        "TARGET_OPTIMIZATION": LEVELS[runner.level],
     })
 
 
 def ort_repro_sh(facts: ReproFacts) -> str:
-    parts = _ort_parts(facts)
-    if parts is None:
+    runner = _ort_runner(facts)
+    if runner is None:
         return unsupported_sh(facts)
-    device, level = parts
     options = facts.options
-    run = ["polygraphy", "run", facts.target_model, "--onnxrt", "--providers", device,
-           "--graph-optimization-level", ORT_LEVELS[level], "--load-inputs", "inputs.json"]
+    run = ["polygraphy", "run", facts.target_model, "--onnxrt", "--providers", runner.device,
+           "--graph-optimization-level", LEVELS[runner.level], "--load-inputs", "inputs.json"]
     regenerate = ("# The reference (reference_outputs.json) is ONNX Runtime, CPU, fp32, optimizations off;\n"
                   "# to recompute it:\n"
                   "#   polygraphy run minimal.onnx --onnxrt --providers cpu --graph-optimization-level ORT_DISABLE_ALL "

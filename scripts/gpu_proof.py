@@ -217,21 +217,13 @@ def reduce_one(case: dict, out: Path, timeout: float) -> dict:
 
 def overhead(out: Path, runners: list[str], checks: int = 8) -> list[dict]:
     """Seconds per check: one warm worker serving every check, against a fresh worker process per check."""
-    import onnx
 
     from oracles import make_runner
     from oracles.builtin import worker_environments
     from oracles.worker import Worker
-    from reducer.doctor import probe_model
+    from reducer.doctor import write_probe
 
-    model, feeds, _ = probe_model()
-    scratch = Path(tempfile.mkdtemp(dir=out / "work"))
-    path = scratch / "probe.onnx"
-    onnx.save(model, str(path))
-    feed_paths = {}
-    for name, value in feeds.items():
-        feed_paths[name] = scratch / f"{name}.npy"
-        np.save(feed_paths[name], value)
+    path, feed_paths, _ = write_probe(Path(tempfile.mkdtemp(dir=out / "work")))
     rows = []
     for spec in runners:
         runner = make_runner(spec)

@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 from oracles import make_runner
-from oracles.worker import Worker
-from reducer.doctor import probe_model
+from reducer.doctor import run_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "corpus" / "models" / "ch_PP-OCRv4_rec_infer.onnx"
@@ -31,30 +29,17 @@ def _needs(spec: str) -> None:
         pytest.skip(f"{spec} cannot run here: {why}")
 
 
-def _probe(spec: str, tmp_path: Path):
-    model, feeds, expected = probe_model()
-    onnx.save(model, str(tmp_path / "probe.onnx"))
-    np.save(tmp_path / "x.npy", feeds["x"])
-    from oracles.builtin import worker_environments
-
-    worker = Worker(make_runner(spec).spec, env=worker_environments(True, 1)[0])
-    try:
-        return worker.run(tmp_path / "probe.onnx", {"x": tmp_path / "x.npy"}, 300), expected
-    finally:
-        worker.close()
-
-
 @pytest.mark.parametrize("spec", ["onnxruntime:cuda:fp32:notf32", "onnxruntime:cuda:fp16"])
-def test_cuda_runner_computes_on_the_gpu(spec, tmp_path):
+def test_cuda_runner_computes_on_the_gpu(spec):
     _needs(spec)
-    result, expected = _probe(spec, tmp_path)
+    result, expected = run_probe(make_runner(spec).spec, uses_gpu=True)
     assert result.status == "ok", result.error
     assert np.allclose(result.outputs["y"], expected, atol=0.05, rtol=0.05)
 
 
-def test_tensorrt_builds_and_runs_or_says_exactly_why_not(tmp_path):
+def test_tensorrt_builds_and_runs_or_says_exactly_why_not():
     _needs("tensorrt:fp32")
-    result, expected = _probe("tensorrt:fp32", tmp_path)
+    result, expected = run_probe("tensorrt:fp32", uses_gpu=True)
     assert "[onnx-reduce] tensorrt:fp32 with tensorrt" in result.log  # the flavour, in every log
     assert "[TRT] [V]" in result.log  # the builder log, verbose
     if result.status == "ok":
