@@ -23,12 +23,16 @@ class Flakiness:
         return vars(self).copy()
 
 
+def check_repeat(repeat: int, min_fails: int) -> None:
+    if repeat < 1 or not 1 <= min_fails <= repeat:
+        raise UsageError("--repeat must be at least 1 and --min-fails between 1 and --repeat")
+
+
 class RepeatedOracle:
     """Any oracle, each verdict taken from up to `repeat` runs."""
 
     def __init__(self, inner: Oracle, repeat: int, min_fails: int):
-        if repeat < 1 or not 1 <= min_fails <= repeat:
-            raise UsageError("--repeat must be at least 1 and --min-fails between 1 and --repeat")
+        check_repeat(repeat, min_fails)
         self.inner = inner
         self.repeat, self.min_fails = repeat, min_fails
         self.description = f"{inner.description} --repeat {repeat} --min-fails {min_fails}"

@@ -68,14 +68,13 @@ def build_oracle(options: OracleOptions) -> Oracle:
         raise UsageError("--jobs must be at least 1")
     if options.faithful_max is not None and not options.faithful_max > 0:
         raise UsageError("--faithful-max must be positive")
-    if options.repeat < 1 or not 1 <= options.min_fails <= options.repeat:
-        raise UsageError("--repeat must be at least 1 and --min-fails between 1 and --repeat")
+    from oracles.repeat import RepeatedOracle, check_repeat
+
+    check_repeat(options.repeat, options.min_fails)  # before any worker starts
     oracle = _build_oracle(options, fail_regexes, ignore_regexes)
     if options.faithful_max is not None:
         oracle.max_abs_value = options.faithful_max
     if options.repeat > 1:
-        from oracles.repeat import RepeatedOracle
-
         oracle = RepeatedOracle(oracle, options.repeat, options.min_fails)
     return oracle
 
