@@ -109,6 +109,13 @@ class OnnxRuntimeRunner:
                     f"(it has {', '.join(ort.get_available_providers())}); install onnxruntime-gpu")
         return None
 
+    def warm_up(self) -> None:
+        """Import the runtime (and the converter) before the first check asks for them."""
+        import onnxruntime  # noqa: F401
+
+        if self.converts and self.precision != "fp16-storage":
+            from onnxconverter_common import float16  # noqa: F401
+
     def executed_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The model as this runner executes it (converted to fp16, rounded through fp16, or as it is):
         what a standalone repro feeds to a plain ONNX Runtime session."""

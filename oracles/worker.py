@@ -8,8 +8,11 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 import time
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,6 +51,10 @@ def _serve(conn, runner_spec: str, factory, log_path: str, env: dict[str, str]) 
     if factory is None:
         from oracles import make_runner as factory
     runners = {runner_spec: factory(runner_spec)}  # imported once; a task may name another (the reference)
+    try:  # the runtime imports now, while the driver is still busy, not in the first check
+        getattr(runners[runner_spec], "warm_up", lambda: None)()
+    except Exception:  # noqa: S110 (a runtime that cannot import says so in its first check)
+        pass
     log_path = Path(log_path)
     while True:
         try:
@@ -92,6 +99,23 @@ def _capture(runner, model_path: Path, feeds: dict, extra: dict) -> None:
     ActivationStore.write(Path(extra["store_dir"]), extra["key"], itertools.chain(feeds.items(), arrays))
 
 
+_MAIN_LOCK = threading.Lock()
+
+
+@contextmanager
+def _bare_main():
+    """Spawn without re-running the parent's main module in the child: for the console script that would
+    import the whole CLI again (about 0.3 s) before the worker could serve its first check. The worker's
+    code is importable by name, so the child needs nothing from the parent's main module."""
+    with _MAIN_LOCK:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
 class Worker:
     """One warm worker process for one runner; restarted after it dies or is killed for a hang."""
 
@@ -123,7 +147,8 @@ class Worker:
         self._process = self._context.Process(
             target=_serve, args=(child, self.runner_spec, self.factory, log_path, self.env), daemon=True
         )
-        self._process.start()
+        with _bare_main():
+            self._process.start()
         child.close()
         self._conn = parent
 
@@ -148,7 +173,7 @@ class Worker:
         return RunResult("crash", error=f"the runner's process died: {reason}", seconds=time.perf_counter() - start)
 
     def _kill(self) -> None:
-        if self._process is not None:
+        if self._process is not None and self._process.pid is not None:  # pid None: never started
             try:
                 os.killpg(self._process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -157,13 +182,7 @@ class Worker:
         self._process = None
 
     def close(self) -> None:
-        if self._process is not None and self._process.is_alive():
-            try:
-                self._conn.send(None)
-                self._process.join(2)
-            except OSError:
-                pass
-        self._kill()
+        self._kill()  # nothing in a worker outlives its checks: no need to wait for a clean exit
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = None

@@ -95,9 +95,10 @@ class Scrubber:
 
 
 # -- writing -------------------------------------------------------------------------------------------
-def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
-    """Build OUT/bundle/ and OUT/bundle.zip from an output directory. `oracle`: the reduction's own, warm
-    (else one is built from report.json's oracle options and closed again)."""
+def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | None = None) -> BundleResult:
+    """Build OUT/bundle/ and OUT/bundle.zip from an output directory. `observed`: the reduction's final
+    re-check of minimal.onnx (verdict, target outputs), shown as it is; else the target runs once more,
+    with `oracle`, the reduction's own and warm, or one built from report.json's oracle options."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     report = _read_json(out_dir / "report.json", f"{out_dir}: no report.json (not an onnx-reduce output directory)")
@@ -118,21 +119,6 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
     with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
         feeds = {name: np.asarray(data[name]) for name in data.files}
     _save_arrays(staging / "inputs", [feeds])
-    reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
-    _save_run_results(staging / "reference_outputs", reference, "reference")
-
-    own = oracle is None
-    oracle = oracle or _build_oracle(options)
-    try:
-        verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
-    finally:
-        if own:
-            oracle.close()
-    if observed:
-        np.savez(staging / "target_outputs.npz", **observed)
-    recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
-    reproduced = bool(verdict.failing and verdict.signature.same_failure(recorded))
-
     runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
     target_model, target_note = _target_model(options, runner_spec, model, staging)
     if options.get("check_command"):
@@ -143,15 +129,62 @@ def make_bundle(out_dir: Path, oracle=None) -> BundleResult:
     for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
         (staging / name).write_text(text)
         (staging / name).chmod(0o755)
+    # repro.py runs once (the proof that it works, and the runtime's verbose log) while the rest is written
+    self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
+    staged = _Staged(staging, scrub, report, options, model, feeds, family, target_model, target_note)
+    try:
+        return _finish_bundle(out_dir, staged, oracle, observed, self_check, started)
+    finally:
+        if self_check and self_check[0].poll() is None:  # the bundle failed before its self-check ended
+            self_check[0].kill()
+            self_check[0].wait()
+
+
+@dataclass
+class _Staged:
+    """What make_bundle has written before its repro.py self-check starts, and the rest goes on with."""
+
+    folder: Path
+    scrub: Scrubber
+    report: dict
+    options: dict
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    family: object
+    target_model: str
+    target_note: str
+
+
+def _finish_bundle(out_dir: Path, staged: _Staged, oracle, observed, self_check, started: float) -> BundleResult:
+    staging, scrub, report, options = staged.folder, staged.scrub, staged.report, staged.options
+    model, feeds, family = staged.model, staged.feeds, staged.family
+    target_model, target_note = staged.target_model, staged.target_note
+    reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
+    _save_run_results(staging / "reference_outputs", reference, "reference")
+
+    when = "the reduction's final re-check" if observed is not None else "run again while bundling"
+    if observed is not None:
+        verdict, observed = observed
+    else:
+        own = oracle is None
+        oracle = oracle or _build_oracle(options)
+        try:
+            verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
+        finally:
+            if own:
+                oracle.close()
+    if observed:
+        np.savez(staging / "target_outputs.npz", **observed)
+    recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
+    reproduced = bool(verdict.failing and verdict.signature.same_failure(recorded))
+
     env = environment.collect(scrub.value(report.get("environment") or {}),
                               [scrub.argument(a) for a in report.get("command_line") or []] or None,
                               family.environment())
     (staging / "env.json").write_text(json.dumps(env, indent=2) + "\n")
-    log = (f"# the target run on minimal.onnx while bundling: {'FAIL' if verdict.failing else 'PASS'} - "
+    log = (f"# the target run on minimal.onnx ({when}): {'FAIL' if verdict.failing else 'PASS'} - "
            f"{verdict.reason}\n" + (verdict.log.strip() or "(the runner logged nothing)") + "\n")
     (staging / "runner.log").write_text(scrub.text(log[-LOG_CHARS:]))
-    # repro.py runs once here (the proof that it works, and the runtime's verbose log) while the pictures draw
-    self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
 
     history = _read_history(out_dir / "history.jsonl")
     (staging / "history.jsonl").write_text("".join(json.dumps(step) + "\n" for step in history))

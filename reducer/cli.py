@@ -12,9 +12,15 @@ import click
 
 from reducer import errors
 from reducer.errors import ReducerError, UsageError
-from reducer.inputs import DEFAULT_INPUT_RANGE, parse_input_range, parse_input_shapes
-from reducer.session import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions
-from strategies import DEFAULT_ORDER
+from reducer.options import (
+    DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_INPUT_RANGE,
+    InputOptions,
+    OracleOptions,
+    parse_input_range,
+    parse_input_shapes,
+)
+from strategies import DEFAULT_ORDER, check_names
 
 CHECK_FLAGS = ("--check", "--check-inference")
 
@@ -139,10 +145,6 @@ def cli() -> None:
 @json_option
 @click.pass_context
 def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithful, as_json, **kwargs) -> None:
-    from reducer.driver import Limits
-    from reducer.progress import make_progress
-    from reducer.session import reduce_model
-
     if max_checks is not None and max_checks < 2:
         raise UsageError("--max-checks must be at least 2 (the whole model is checked first and the result last)")
     if time_limit is not None and not time_limit > 0:
@@ -154,11 +156,23 @@ def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithf
     check_command = ctx.obj.get("check", [])
     inputs, oracle = _input_options(kwargs), _oracle_options(kwargs, check_command)
     oracle.jobs = jobs
+    check_names(names)
     out_dir = _output_dir(output)
-    progress = make_progress()
+    from reducer.options import build_oracle
+
+    warm = build_oracle(oracle)  # its workers import their runtime while the rest of the reducer loads
+    try:
+        from reducer.driver import Limits
+        from reducer.progress import make_progress
+        from reducer.session import reduce_model
+
+        progress = make_progress()
+    except BaseException:
+        warm.close()
+        raise
     try:
         report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress,
-                                    ctx.obj.get("argv"), Limits(max_checks, time_limit))
+                                    ctx.obj.get("argv"), Limits(max_checks, time_limit), warm)
     finally:
         getattr(progress, "stop", lambda: None)()
     if as_json:

@@ -143,6 +143,7 @@ class Reduction:
         self._decided: set[str] = set()  # candidates whose verdict the search has used, in order
         self._turn_spent, self._turn_limit = 0, None
         self.turns: list[dict] = []  # the schedule as it ran: strategy, budget, spent, removed, cut short
+        self.final_observation: tuple[Verdict, dict[str, np.ndarray]] | None = None  # the re-check's run
         self._reported_unfaithful: set[str] = set()
         self.started = time.perf_counter() if started is None else started
         self.progress = progress or Progress()
@@ -225,11 +226,18 @@ class Reduction:
                 feeds[name] = self.store.path(name)
         return feeds
 
-    def _run_check(self, pending: _Pending) -> Verdict:
-        """The oracle on one prepared candidate; thread-safe, so several can run at once."""
+    def _run_check(self, pending: _Pending, observe: bool = False) -> Verdict:
+        """The oracle on one prepared candidate; thread-safe, so several can run at once. `observe` keeps
+        the run's outputs too, in `final_observation` (the bundle shows them instead of running again)."""
         pending.job.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            verdict = self.oracle.judge(pending.job)
+            if observe and hasattr(self.oracle, "observe"):
+                result, verdict = self.oracle.observe(pending.job)
+                self.final_observation = (verdict, {k: np.asarray(v) for k, v in result.outputs.items()})
+            else:
+                verdict = self.oracle.judge(pending.job)
+                if observe:
+                    self.final_observation = (verdict, {})
         finally:
             shutil.rmtree(pending.job.workdir, ignore_errors=True)
         built = pending.built
@@ -413,9 +421,11 @@ class Reduction:
         if cached is not None:
             self.counters.cache_hits += 1
             return cached
-        verdict = self.judge(self.best, use_cache=False)
-        if verdict is not None:
-            self.cache.put(key, verdict)
+        pending = self._prepare(self.best, use_cache=False, mark_all=False)
+        if not isinstance(pending, _Pending):
+            return None
+        verdict = self._run_check(pending, observe=True)
+        self.cache.put(key, verdict)
         return verdict
 
     def close(self) -> None:

@@ -2,40 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from reducer.errors import BadInputsError, UsageError
+from reducer.errors import BadInputsError
 from reducer.model import Model
+from reducer.options import DEFAULT_INPUT_RANGE, parse_input_range, parse_input_shapes  # noqa: F401
 
-DEFAULT_INPUT_RANGE = (0.0, 1.0)  # Polygraphy's default for generated data
 DEFAULT_DYNAMIC_DIM = 1
-
-
-def parse_input_shapes(specs: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
-    """`name:[1,3,224,224]` (Polygraphy's syntax), several per option or the option repeated."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for spec in specs:
-        for item in re.findall(r"[^\s:]+:\[[^\]]*\]|\S+", spec):
-            match = re.fullmatch(r"(.+):\[([0-9,\s]*)\]", item)
-            if not match:
-                raise UsageError(f"--input-shapes: cannot read '{item}'; expected name:[d0,d1,...]")
-            dims = [d for d in match.group(2).replace(" ", "").split(",") if d]
-            shapes[match.group(1)] = tuple(int(d) for d in dims)
-    return shapes
-
-
-def parse_input_range(text: str) -> tuple[float, float]:
-    try:
-        low, high = (float(v) for v in text.split(","))
-    except ValueError:
-        raise UsageError(f"--input-range: expected 'low,high', got '{text}'") from None
-    if not low <= high:
-        raise UsageError(f"--input-range: low ({low}) is above high ({high})")
-    return low, high
 
 
 def load_inputs_file(path: str | Path) -> dict[str, np.ndarray]:

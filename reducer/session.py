@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,97 +15,10 @@ from oracles.base import Oracle, Verdict
 from reducer import errors
 from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
-from reducer.errors import BadModelError, UsageError
+from reducer.errors import BadModelError
 from reducer.inputs import load_inputs_file, prepare_inputs
 from reducer.model import Model, load_model
-
-DEFAULT_CHECK_TIMEOUT = 300.0
-
-
-@dataclass
-class OracleOptions:
-    runner: str = "onnxruntime:cpu:fp16"
-    fail_on: str = "nan"
-    atol: float = 1e-5  # Polygraphy's defaults
-    rtol: float = 1e-5
-    fail_regex: list[str] = field(default_factory=list)
-    ignore_fail_regex: list[str] = field(default_factory=list)
-    fail_code: list[int] = field(default_factory=list)
-    ignore_fail_code: list[int] = field(default_factory=list)
-    check_command: list[str] = field(default_factory=list)
-    check_timeout: float = DEFAULT_CHECK_TIMEOUT
-    faithful_max: float | None = None  # overrides the runner's bound; a --check command has none
-    jobs: int | None = None  # candidates checked at once; None: 1, or one per visible GPU for GPU runners
-    repeat: int = 1  # runs per candidate (engine builds are not deterministic)
-    min_fails: int = 1  # failing runs, of `repeat`, that make a candidate failing
-
-
-@dataclass
-class InputOptions:
-    inputs: str | None = None
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    seed: int = 0
-    input_range: tuple[float, float] = (0.0, 1.0)
-
-
-def _regexes(patterns: list[str], flag: str) -> list[re.Pattern]:
-    compiled = []
-    for pattern in patterns:
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise UsageError(f"{flag}: bad regular expression '{pattern}': {exc}") from None
-    return compiled
-
-
-def build_oracle(options: OracleOptions) -> Oracle:
-    fail_regexes = _regexes(options.fail_regex, "--fail-regex")
-    ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
-    if options.check_timeout <= 0:
-        raise UsageError("--check-timeout must be positive")
-    if options.jobs is not None and options.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
-    if options.faithful_max is not None and not options.faithful_max > 0:
-        raise UsageError("--faithful-max must be positive")
-    from oracles.repeat import RepeatedOracle, check_repeat
-
-    check_repeat(options.repeat, options.min_fails)  # before any worker starts
-    oracle = _build_oracle(options, fail_regexes, ignore_regexes)
-    if options.faithful_max is not None:
-        oracle.max_abs_value = options.faithful_max
-    if options.repeat > 1:
-        oracle = RepeatedOracle(oracle, options.repeat, options.min_fails)
-    return oracle
-
-
-def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracle:
-    if options.check_command:
-        from oracles.command import CommandOracle
-
-        return CommandOracle(
-            options.check_command,
-            options.check_timeout,
-            options.fail_code,
-            options.ignore_fail_code,
-            fail_regexes,
-            ignore_regexes,
-        )
-    if options.fail_code or options.ignore_fail_code or options.ignore_fail_regex:
-        raise UsageError("--fail-code, --ignore-fail-code and --ignore-fail-regex apply to --check commands only")
-    from oracles.builtin import BuiltinOracle
-    from oracles.checks import ErrorCheck, NanCheck, ToleranceCheck
-
-    if options.fail_on == "nan":
-        check, params = NanCheck(), {}
-    elif options.fail_on == "tolerance":
-        check, params = ToleranceCheck(options.atol, options.rtol), {"atol": options.atol, "rtol": options.rtol}
-    elif options.fail_on == "error":
-        check, params = ErrorCheck(fail_regexes), {"fail_regex": options.fail_regex}
-    else:
-        raise UsageError(f"unknown --fail-on '{options.fail_on}' (known: nan, tolerance, error)")
-    # repeated runs are for flaky builds: a shared timing cache would make every rebuild pick the same tactics
-    env = {"ONNX_REDUCE_TRT_TIMING_CACHE": "0"} if options.repeat > 1 else {}
-    return BuiltinOracle(options.runner, check, options.check_timeout, params, options.jobs, env)
+from reducer.options import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions, build_oracle  # noqa: F401
 
 
 def prepare(
@@ -151,9 +63,10 @@ def prepare(
 
 
 def _oracle_and_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
-                      progress: Progress) -> tuple[Oracle, Model, ActivationStore]:
-    """The oracle first, so that its warm worker boots while the model loads, then runs the reference."""
-    oracle = build_oracle(oracle_options)
+                      progress: Progress, oracle: Oracle | None = None) -> tuple[Oracle, Model, ActivationStore]:
+    """The oracle first (or one already built), so that its warm worker boots while the model loads, then
+    runs the reference."""
+    oracle = oracle or build_oracle(oracle_options)
     try:
         model, store = prepare(model_path, input_options, out_dir, progress, getattr(oracle, "reference_worker", None))
     except BaseException:
@@ -190,15 +103,22 @@ def reduce_model(
     progress: Progress,
     command_line: list[str] | None = None,
     limits: Limits | None = None,
+    oracle: Oracle | None = None,
 ) -> tuple[dict, int]:
     """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far, and so
     does reaching a limit (exit 0 all the same: the model is reduced and re-checked, if not minimal).
-    Whenever a minimal model exists (reduced, interrupted, not reproduced), the bug-report bundle is written."""
+    Whenever a minimal model exists (reduced, interrupted, not reproduced), the bug-report bundle is written.
+    `oracle`: one built from `oracle_options` already (its workers warming up); closed here, as one built here."""
     from strategies import make_strategies
 
     started = time.perf_counter()
-    strategies = make_strategies(strategy_names)
-    oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
+    try:
+        strategies = make_strategies(strategy_names)
+    except BaseException:
+        if oracle is not None:
+            oracle.close()
+        raise
+    oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress, oracle)
     jobs = getattr(oracle, "jobs", None) or oracle_options.jobs or 1
     reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, jobs, started, limits)
     report = {
@@ -256,20 +176,20 @@ def reduce_model(
             if report["status"] in bundled and "minimal" in report:
                 # after Ctrl-C a worker may still owe the interrupted check's answer: a fresh oracle then
                 warm = reduction.oracle if report["status"] != "interrupted" else None
-                report["bundle"] = _bundle(out_dir, warm, progress)
+                report["bundle"] = _bundle(out_dir, warm, progress, reduction.final_observation)
                 write_report(out_dir, report)
         finally:
             reduction.close()
     return report, code
 
 
-def _bundle(out_dir: Path, oracle: Oracle | None, progress: Progress) -> dict:
+def _bundle(out_dir: Path, oracle: Oracle | None, progress: Progress, observed=None) -> dict:
     """The bug-report bundle, with the reduction's warm oracle. A bundle that cannot be written is said,
     not fatal: the reduction's own results are already on disk."""
     from reducer.bundle import make_bundle
 
     try:
-        result = make_bundle(out_dir, oracle)
+        result = make_bundle(out_dir, oracle, observed)
     except KeyboardInterrupt:
         progress.message("interrupted while writing the bundle: none written")
         return {"error": "interrupted"}

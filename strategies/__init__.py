@@ -12,6 +12,8 @@ BUILTIN_STRATEGIES = {
     "localize": "strategies.localize:FirstDivergence",
     "cone": "strategies.cone:ConeOfInfluence",
     "bisect": "strategies.bisect:BoundaryBisection",
+    "prefix": "strategies.prefix:ShortestFailingPrefix",
+    "suffix": "strategies.suffix:ShortestFailingSuffix",
     "regions": "strategies.regions:DominatorRegions",
     "chunks": "strategies.chunks:AdaptiveChunks",
     "ddmin": "strategies.ddmin:DeltaDebugging",
@@ -22,7 +24,7 @@ BUILTIN_STRATEGIES = {
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
 }
-DEFAULT_ORDER = ("localize", "cone", "bisect", "singletons", "ddmin", "regions", "linear")
+DEFAULT_ORDER = ("localize", "cone", "prefix", "singletons", "suffix", "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:
@@ -32,11 +34,17 @@ def available() -> dict[str, str]:
     return found
 
 
-def make_strategies(names: list[str]) -> list:
+def check_names(names: list[str]) -> dict[str, str]:
+    """Where each named strategy lives; a usage error for the first unknown name."""
     known = available()
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown strategy '{unknown[0]}' (known: {', '.join(known)})")
+    return known
+
+
+def make_strategies(names: list[str]) -> list:
+    known = check_names(names)
     made = []
     for name in names:
         module, _, attr = known[name].partition(":")

@@ -80,6 +80,8 @@ def test_bundle_holds_what_a_vendor_needs(silero, tmp_path):
                  "runner.log", "repro.log", "repro.py", "repro.sh", "graph.png", "reduction.png", "history.jsonl"):
         assert (bundle / name).is_file(), name
     onnx.checker.check_model(onnx.load(str(bundle / "minimal.onnx")), full_check=True)
+    # the target run shown is the reduction's own final re-check, not one more run
+    assert "the reduction's final re-check): FAIL" in (bundle / "runner.log").read_text().splitlines()[0]
     onnx.checker.check_model(onnx.load(str(bundle / "target.onnx")))
     for picture in ("graph.png", "reduction.png"):
         with Image.open(bundle / picture) as image:
@@ -257,7 +259,10 @@ def test_nan_bundle_counts_the_non_finite_values(ocr_nan, tmp_path):
     done = run_repro(bundle, "sh", "repro.sh")  # polygraphy run --validate
     assert done.returncode != 0 and "invalid values" in done.stdout + done.stderr
     with Image.open(bundle / "graph.png") as image:
-        image.verify()
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    # the failing tensor is drawn in red, and so is its producer's frame
+    red = sum(count for count, rgb in colours if rgb == (0xD6, 0x27, 0x28))
+    assert red > 500, red
 
 
 def test_a_large_bundle_is_flagged_with_its_largest_files(silero, monkeypatch):
@@ -281,6 +286,7 @@ def test_bundle_make_rebuilds_and_refuses_a_directory_without_a_minimal_model(si
     assert done.returncode == 0, done.stderr
     assert "reproduced" in done.stdout and (silero / "bundle.zip").is_file()
     assert (silero / "bundle" / "minimal.onnx").read_bytes() == first
+    assert "run again while bundling): FAIL" in (silero / "bundle" / "runner.log").read_text().splitlines()[0]
     empty = tmp_path / "empty"
     empty.mkdir()
     done = cli("bundle", "make", str(empty), cwd=tmp_path)

@@ -126,13 +126,16 @@ def test_command_oracle_reduces_with_a_polygraphy_style_check(tmp_path):
     (`--fail-code 1`: the runner raising, exit 3, is another failure)."""
     entry = smallest_failing()
     out = tmp_path / "out"
-    check = [sys.executable, str(ROOT / "scripts" / "check_candidate.py"), "polygraphy_debug.onnx", "{inputs}",
-             *oracle_flags(entry)]
+    calls = tmp_path / "calls.txt"  # one line per run of the command: what it costs the user
+    check = ["sh", "-c", f'echo run >> "{calls}" && exec "$@"', "check", sys.executable,
+             str(ROOT / "scripts" / "check_candidate.py"), "polygraphy_debug.onnx", "{inputs}", *oracle_flags(entry)]
     done = cli("reduce", str(ROOT / "corpus" / entry["model"]), "--inputs", str(ROOT / "corpus" / entry["inputs"]),
                "-o", str(out), "--faithful-max", "65504", "--fail-code", "1", "--check", *check, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "reduced"
+    # every run is a counted check: the bundle shows the final re-check instead of running the command again
+    assert len(calls.read_text().splitlines()) == report["checks"]
     assert report["signature"]["kind"] == "command"
     assert report["nodes_after"] < report["nodes_before"]
     # the built-in oracle agrees that the command oracle's result fails the same way and is 1-minimal

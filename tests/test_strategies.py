@@ -131,6 +131,21 @@ def test_bisect_cuts_both_ends_in_logarithmic_checks(tmp_path):
     assert calls <= 2 * 7
 
 
+def test_prefix_then_suffix_is_bisect_in_the_same_checks(tmp_path):
+    """The default order runs bisection's two ends as two strategies (singletons between them); run back to
+    back they reach what `bisect` reaches, check for check."""
+    model = diamond_chain_model(tmp_path, blocks=16)
+    context = SearchContext(model, ())
+    prefix, suffix, bisect = make_strategies(["prefix", "suffix", "bisect"])
+    start = Candidate(frozenset(range(64)))
+    fails = lambda c: {20, 30} <= c.nodes  # noqa: E731
+    after_prefix, prefix_calls = drive(prefix, start, fails, context)
+    assert max(after_prefix.nodes) == 30 and 20 in after_prefix.nodes  # the shortest failing prefix's cone
+    final, suffix_calls = drive(suffix, after_prefix, fails, context)
+    assert min(final.nodes) == 20
+    assert (final, prefix_calls + suffix_calls) == drive(bisect, start, fails, context)
+
+
 def test_cone_keeps_only_ancestors_of_the_failing_output(tmp_path):
     model = diamond_chain_model(tmp_path, blocks=3)
     failing_node = model.producer["b1"]

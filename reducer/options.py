@@ -1,0 +1,124 @@
+"""Options of a reduction, and the oracle they name: light to import, so that the CLI can start the
+oracle's warm workers (which import their runtime) before it imports the rest of the reducer."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from oracles.base import Oracle
+from reducer.errors import UsageError
+
+DEFAULT_INPUT_RANGE = (0.0, 1.0)  # Polygraphy's default for generated data
+
+
+def parse_input_shapes(specs: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
+    """`name:[1,3,224,224]` (Polygraphy's syntax), several per option or the option repeated."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        for item in re.findall(r"[^\s:]+:\[[^\]]*\]|\S+", spec):
+            match = re.fullmatch(r"(.+):\[([0-9,\s]*)\]", item)
+            if not match:
+                raise UsageError(f"--input-shapes: cannot read '{item}'; expected name:[d0,d1,...]")
+            dims = [d for d in match.group(2).replace(" ", "").split(",") if d]
+            shapes[match.group(1)] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def parse_input_range(text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"--input-range: expected 'low,high', got '{text}'") from None
+    if not low <= high:
+        raise UsageError(f"--input-range: low ({low}) is above high ({high})")
+    return low, high
+
+
+DEFAULT_CHECK_TIMEOUT = 300.0
+
+
+@dataclass
+class OracleOptions:
+    runner: str = "onnxruntime:cpu:fp16"
+    fail_on: str = "nan"
+    atol: float = 1e-5  # Polygraphy's defaults
+    rtol: float = 1e-5
+    fail_regex: list[str] = field(default_factory=list)
+    ignore_fail_regex: list[str] = field(default_factory=list)
+    fail_code: list[int] = field(default_factory=list)
+    ignore_fail_code: list[int] = field(default_factory=list)
+    check_command: list[str] = field(default_factory=list)
+    check_timeout: float = DEFAULT_CHECK_TIMEOUT
+    faithful_max: float | None = None  # overrides the runner's bound; a --check command has none
+    jobs: int | None = None  # candidates checked at once; None: 1, or one per visible GPU for GPU runners
+    repeat: int = 1  # runs per candidate (engine builds are not deterministic)
+    min_fails: int = 1  # failing runs, of `repeat`, that make a candidate failing
+
+
+@dataclass
+class InputOptions:
+    inputs: str | None = None
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    seed: int = 0
+    input_range: tuple[float, float] = (0.0, 1.0)
+
+
+def _regexes(patterns: list[str], flag: str) -> list[re.Pattern]:
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise UsageError(f"{flag}: bad regular expression '{pattern}': {exc}") from None
+    return compiled
+
+
+def build_oracle(options: OracleOptions) -> Oracle:
+    fail_regexes = _regexes(options.fail_regex, "--fail-regex")
+    ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
+    if options.check_timeout <= 0:
+        raise UsageError("--check-timeout must be positive")
+    if options.jobs is not None and options.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if options.faithful_max is not None and not options.faithful_max > 0:
+        raise UsageError("--faithful-max must be positive")
+    from oracles.repeat import RepeatedOracle, check_repeat
+
+    check_repeat(options.repeat, options.min_fails)  # before any worker starts
+    oracle = _build_oracle(options, fail_regexes, ignore_regexes)
+    if options.faithful_max is not None:
+        oracle.max_abs_value = options.faithful_max
+    if options.repeat > 1:
+        oracle = RepeatedOracle(oracle, options.repeat, options.min_fails)
+    return oracle
+
+
+def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracle:
+    if options.check_command:
+        from oracles.command import CommandOracle
+
+        return CommandOracle(
+            options.check_command,
+            options.check_timeout,
+            options.fail_code,
+            options.ignore_fail_code,
+            fail_regexes,
+            ignore_regexes,
+        )
+    if options.fail_code or options.ignore_fail_code or options.ignore_fail_regex:
+        raise UsageError("--fail-code, --ignore-fail-code and --ignore-fail-regex apply to --check commands only")
+    from oracles.builtin import BuiltinOracle
+    from oracles.checks import ErrorCheck, NanCheck, ToleranceCheck
+
+    if options.fail_on == "nan":
+        check, params = NanCheck(), {}
+    elif options.fail_on == "tolerance":
+        check, params = ToleranceCheck(options.atol, options.rtol), {"atol": options.atol, "rtol": options.rtol}
+    elif options.fail_on == "error":
+        check, params = ErrorCheck(fail_regexes), {"fail_regex": options.fail_regex}
+    else:
+        raise UsageError(f"unknown --fail-on '{options.fail_on}' (known: nan, tolerance, error)")
+    # repeated runs are for flaky builds: a shared timing cache would make every rebuild pick the same tactics
+    env = {"ONNX_REDUCE_TRT_TIMING_CACHE": "0"} if options.repeat > 1 else {}
+    return BuiltinOracle(options.runner, check, options.check_timeout, params, options.jobs, env)
