@@ -149,7 +149,11 @@ def main() -> int:
                               for k, v in row.items()}), flush=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    Path(args.output).write_text(render(rows, args.repeat, args.note))
+    output = Path(args.output)
+    kept = ""  # the sections other scripts write (GPU runs, --jobs) stay as they are
+    if output.exists() and "\n## " in output.read_text():
+        kept = "\n## " + output.read_text().split("\n## ", 1)[1]
+    output.write_text(render(rows, args.repeat, args.note) + kept)
     return 0
 
 
@@ -223,27 +227,22 @@ Reading these figures:
   an empty graph that passes int16-scale audio straight through fp16, which "fails" only because fp16
   cannot hold the input, the unfaithful repro the faithfulness rule exists to refuse; it is left out of
   the "smallest" column.
-- The same-command search has no layerwise probe (a command cannot name failing outputs). `bisect` cuts
-  the back first: the shortest failing prefix ends where the failure first shows, and its last node,
-  alone (grown until faithful) and with its ancestor cone, is tried before the front is cut. On silero,
-  det fp16 and rec that is the whole search: 1, 1 and 3 nodes in about Polygraphy's checks.
-- ppocrv4_det_fp32_O3: accumulation-order differences, so many places fail marginally (3x the
-  tolerance). The shortest failing prefix ends in the first layers, where the failure needs ORT's
-  Conv+HardSwish fusion with its constants (a 6-node, also 1-minimal repro). `singletons` (one node per
-  op type, rare types first, from the whole model) then finds a lone GlobalAveragePool that fails the
-  same way: 1 node in 28 checks, 1.87x Polygraphy's 15 (the issue-3 target of 1.5x is missed there;
-  the core issue's 2.5x is met on all four).
-- Wall time, same command: 1.12x to 2.00x Polygraphy's, above the target of 1. With about the same
-  number of checks, ours also runs the fp32 reference once up front (capturing every tensor), re-checks
-  the final model, and writes the bug-report bundle (the check command once more, repro.py run once,
-  two pictures: about 1.5 to 4 s). Built-in oracle: 2.8x to 4.8x faster than Polygraphy, against a
-  target of 5x, for the same reasons: on these small models the fixed costs (process start, reference
-  capture, bundle) are most of the run; `seconds` in report.json, which stops before the bundle, is
-  1.0 s for silero against Polygraphy's 8.7 s.
+- The same-command search has no layerwise probe (a command cannot name failing outputs). `prefix`
+  (bisection's back half) finds the shortest failing prefix, which ends where the failure first shows;
+  its last node, alone (grown until faithful) and with its ancestor cone, is tried next. On silero, det
+  fp16 and rec that is the whole search: 1, 1 and 3 nodes in about Polygraphy's checks.
+- ppocrv4_det_fp32_O3: accumulation-order differences, so many places fail marginally. The shortest
+  failing prefix's cone keeps 240 nodes; `singletons` (one node per op type, rare types first, from the
+  whole model) then finds a lone GlobalAveragePool that fails the same way, before `suffix` (bisection's
+  front half) would have spent its checks on the 240.
+- Wall time: besides the checks, ours captures the fp32 reference once up front (every tensor), re-checks
+  the final model, and writes the bug-report bundle (repro.py run once as a self-check, two pictures,
+  the zip), which Polygraphy does not; the bundle shows the final re-check's run rather than running
+  the target again. On the smallest model these fixed costs are most of the built-in run.
 - ProbDD (`probdd,linear`) against plain ddmin: fewer checks on det fp16 (and a smaller model: ddmin
   stops at a 6-node local minimum there) and on O3, about the same on rec, more on silero. It is kept
-  as a strategy, not in the default order: after `bisect` there is little left for either to do, and on
-  the O3 case ddmin did better than ProbDD in the default order (117 against 138 checks in a trial).
+  as a strategy, not in the default order: after `prefix` and `singletons` there is little left for
+  either to do.
 """
 
 
