@@ -286,7 +286,10 @@ class Reduction:
                 progressed = False
                 for strategy in by_yield([s for s in others if id(s) not in dropped], self.counters.per_strategy):
                     before = len(self.best)
-                    finished = self._run_strategy(strategy, turn_budget(len(self.best)))
+                    budget = turn_budget(len(self.best))
+                    if hasattr(strategy, "turn_checks"):  # a strategy that explores a little at a time
+                        budget = min(budget, strategy.turn_checks(len(self.best)))
+                    finished = self._run_strategy(strategy, budget)
                     if len(self.best) < before:
                         progressed = True
                     elif finished:

@@ -44,6 +44,10 @@ class SearchContext:
 
 
 class Strategy(Protocol):
+    """Optional: `turn_checks(nodes) -> int`, fewer checks per turn than the driver's budget, for a
+    strategy that explores a little at a time. Its next turn re-proposes what it already tried at no cost
+    (verdicts already used are not counted again) and goes on from there."""
+
     name: str
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals: ...

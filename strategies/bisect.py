@@ -34,13 +34,15 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     """The shortest failing prefix ends where the failure first shows: its last node's output is a graph
     output there. That is the localisation an oracle which cannot name failing outputs (a --check
     command) can still give, for about log2(n) checks: the last node alone (grown upwards until what
-    feeds it is faithful), then its ancestor cone, are tried next."""
+    feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next."""
     before = len(current)
     current = yield from cut_end(current, from_front=False)
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
-        options = [grown(frozenset({last}), context, current), frozenset(nx.ancestors(graph, last) | {last})]
+        options = [grown(frozenset({last}), context, current),
+                   grown(frozenset({last, *graph.predecessors(last)}), context, current),
+                   frozenset(nx.ancestors(graph, last) | {last})]
         batch = list(dict.fromkeys(current.keeping(o) for o in options if len(o) < len(current)))
         if batch:
             winner = yield batch

@@ -3,7 +3,9 @@ so a handful of checks can find a one-node repro that bisection or ddmin, which 
 from where they first found the failure, cannot reach from a larger local minimum. Rare op types are
 tried first (an unusual kernel is likelier to be the wrong one); for each, a node of the current
 candidate if it has one (the latest in topological order: nearest the failure), else one from the rest
-of the model. Skipped once the candidate is already tiny: a few checks more are not worth one node less."""
+of the model. Skipped once the candidate is already tiny: a few checks more are not worth one node less.
+A turn tries at most bit_length(nodes) op types, what a bisection of one end costs: where no lone node
+fails, the other strategies lose little; later turns go on with the next op types."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ SKIPPED_OPS = frozenset({"Constant"})  # no inputs: alone it computes nothing to
 
 class SingleNodes:
     name = "singletons"
+
+    @staticmethod
+    def turn_checks(nodes: int) -> int:
+        return max(1, nodes.bit_length())
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         if len(current) <= TINY:
