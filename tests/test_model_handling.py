@@ -196,3 +196,38 @@ def test_reference_capture_in_bounded_groups_yields_every_tensor_exactly(tmp_pat
     assert produced.keys() == whole.keys() and len(produced) == 8
     for name, value in whole.items():
         np.testing.assert_array_equal(produced[name], value)
+
+
+def test_fp16_conversion_of_a_layerwise_probe_matches_the_converters_own(tmp_path):
+    """The fp16 runner converts with onnxconverter-common but casts the outputs back itself (the converter's
+    own casts are quadratic in the outputs): a layerwise probe of a real model must compute bit for bit what
+    the converter's own keep_io_types model computes."""
+    import onnxruntime as ort
+    from onnxconverter_common import float16
+
+    from oracles.onnxruntime_runner import _casts_to_float, _to_fp16
+    from reducer.driver import Progress
+    from reducer.session import InputOptions, prepare
+
+    inputs = InputOptions(inputs=str(ROOT / "corpus/inputs/silero_vad_int16pcm.npz"))
+    model, store = prepare(str(ROOT / "corpus/models/silero_vad_16k_op15.onnx"), inputs, tmp_path, Progress())
+    built = materialize(model, Candidate(frozenset(range(len(model)))), store, mark_all=True)
+    feeds = {name: np.load(store.path(name)) for name in built.fed}
+    probe = built.proto
+    theirs = onnx.ModelProto()
+    theirs.CopyFrom(probe)
+    theirs = float16.convert_float_to_float16(theirs, keep_io_types=True, node_block_list=_casts_to_float(theirs.graph))
+    ours = _to_fp16(probe)
+
+    def run(converted: onnx.ModelProto) -> dict:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(converted.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        wanted = {i.name for i in session.get_inputs()}
+        return dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
+
+    expected, got = run(theirs), run(ours)
+    assert len(expected) > 100 and expected.keys() == got.keys()
+    for name, value in expected.items():
+        assert got[name].dtype == value.dtype and np.array_equal(got[name], value, equal_nan=True), name
