@@ -65,7 +65,51 @@ class ShrinkAxis:
         return tuple(slice(0, self.keep) if d == position else slice(None) for d in range(rank))
 
 
-Edit = AttributeDefault | WeightFill | ShrinkAxis
+@dataclass(frozen=True)
+class FewerChannels:
+    """Node `node` (Conv or ConvTranspose with one group, Gemm, or MatMul by a 2-D weight) keeps the first
+    `keep` of its output channels: its weight, and its bias where it has one, cut to match. Its output
+    shrinks with them, so it is only proposed for a node no other kept node reads from."""
+
+    node: int
+    keep: int
+
+    def slices(self, node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple]:
+        """Initializer name -> the part of it kept; empty when this node's weights cannot be cut so."""
+        return channel_slices(node, shapes, self.keep)
+
+
+def channel_slices(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], keep: int) -> dict[str, tuple]:
+    """Where a node's output channels sit in its weight and bias; only initializers (in `shapes`) qualify."""
+    inputs = list(node.input)
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    places: list[tuple[int, int]] = []  # (input position, axis)
+    if node.op_type in ("Conv", "ConvTranspose") and attributes.get("group", 1) == 1:
+        places = [(1, 0 if node.op_type == "Conv" else 1), (2, 0)]
+    elif node.op_type == "Gemm":
+        places = [(1, 0 if attributes.get("transB", 0) else 1), (2, -1)]
+    elif node.op_type == "MatMul":
+        places = [(1, -1)]
+    if len(inputs) < 2 or inputs[1] not in shapes or (node.op_type == "MatMul" and len(shapes[inputs[1]]) != 2):
+        return {}
+    weight_axis = places[0][1]
+    channels = shapes[inputs[1]][weight_axis]
+    cut = {}
+    for position, axis in places:
+        if position >= len(inputs) or not inputs[position]:
+            continue
+        name = inputs[position]
+        shape = shapes.get(name)
+        if shape is None or not shape or shape[axis] != channels:
+            if position == 1:
+                return {}
+            continue  # a bias broadcast over the channels (scalar, [1]) stays as it is
+        axis = axis % len(shape)
+        cut[name] = tuple(slice(0, keep) if d == axis else slice(None) for d in range(len(shape)))
+    return cut
+
+
+Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels
 
 
 def shrunk_shape(shape: tuple[int, ...], edits: tuple) -> tuple[tuple[int, ...], tuple | None]:
@@ -147,6 +191,10 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         if isinstance(edit, AttributeDefault) and edit.node in candidate.nodes:
             reset.setdefault(edit.node, []).append(edit)
     fills = {edit.name: edit for edit in candidate.edits if isinstance(edit, WeightFill)}
+    cuts: dict[str, tuple] = {}
+    for edit in candidate.edits:
+        if isinstance(edit, FewerChannels) and edit.node in candidate.nodes:
+            cuts.update(edit.slices(model.nodes[edit.node], model.initializer_shapes))
     for position, index in enumerate(kept):
         node = graph.node[position]
         node.ClearField("doc_string")  # says nothing a vendor needs; the name stays, to map back to the full model
@@ -170,7 +218,10 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             fed.append(name)
         elif name in model.initializers:
             tensor = model.initializer_inline(name)
-            graph.initializer.append(fills[name].tensor(tensor) if name in fills else tensor)
+            tensor = fills[name].tensor(tensor) if name in fills else tensor
+            if name in cuts:
+                tensor = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(tensor)[cuts[name]]), name)
+            graph.initializer.append(tensor)
         elif name not in store:
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
         else:
@@ -201,9 +252,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     for name in outputs:
         name_in_model = observed.get(name, name)
         known = model.value_types.get(name_in_model)
-        if known is not None and known.tensor_type.HasField("shape") and not feed_slices:
+        if known is not None and known.tensor_type.HasField("shape") and not feed_slices and not cuts:
             graph.output.append(onnx.helper.make_value_info(name, known))
-        elif name_in_model in store:
+        elif name_in_model in store:  # rank known, sizes left open (shape edits change them)
             record = store.records[name_in_model]
             graph.output.append(_value_info(name, record.dtype, record.shape, concrete=False))
         elif known is not None and known.tensor_type.HasField("shape"):  # shrunk: the rank, sizes left open

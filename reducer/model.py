@@ -130,6 +130,11 @@ class Model:
             tensor.data_location = onnx.TensorProto.DEFAULT
         return tensor
 
+    @cached_property
+    def initializer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """From the declarations alone: no weights are read."""
+        return {name: tuple(tensor.dims) for name, tensor in self.initializers.items()}
+
     def initializer_array(self, name: str) -> np.ndarray:
         return numpy_helper.to_array(self.initializer_inline(name))
 

@@ -231,3 +231,48 @@ def test_fp16_conversion_of_a_layerwise_probe_matches_the_converters_own(tmp_pat
     assert len(expected) > 100 and expected.keys() == got.keys()
     for name, value in expected.items():
         assert got[name].dtype == value.dtype and np.array_equal(got[name], value, equal_nan=True), name
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose", "Gemm", "MatMul"])
+def test_fewer_channels_cuts_weight_and_bias_and_the_model_still_runs(tmp_path, op):
+    """A node keeping 2 of its 6 output channels: its weight (and bias) sliced on the right axis, the model
+    valid and runnable, its output 2 channels wide and equal to the full model's first 2 channels."""
+    import onnxruntime as ort
+
+    from reducer.candidate import FewerChannels
+
+    rng = np.random.default_rng(0)
+    if op in ("Conv", "ConvTranspose"):
+        x_shape, w_shape = [1, 3, 5, 5], ([6, 3, 3, 3] if op == "Conv" else [3, 6, 3, 3])
+        inputs, y_shape = ["x", "w", "b"], ([1, 6, 3, 3] if op == "Conv" else [1, 6, 7, 7])
+    elif op == "Gemm":
+        x_shape, w_shape, inputs, y_shape = [2, 4], [6, 4], ["x", "w", "b"], [2, 6]
+    else:
+        x_shape, w_shape, inputs, y_shape = [2, 4], [4, 6], ["x", "w"], [2, 6]
+    attributes = {"transB": 1} if op == "Gemm" else {}
+    node = helper.make_node(op, inputs, ["y"], name="n", **attributes)
+    weights = [numpy_helper.from_array(rng.standard_normal(w_shape).astype(np.float32), "w")]
+    if "b" in inputs:
+        weights.append(numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b"))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], weights)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    from reducer.driver import Progress
+    from reducer.session import InputOptions, prepare
+
+    np.savez(tmp_path / "x.npz", **feeds)
+    model, store = prepare(str(path), InputOptions(inputs=str(tmp_path / "x.npz")), tmp_path / "out", Progress())
+    whole = materialize(model, Candidate(frozenset({0})), store).proto
+    cut = materialize(model, Candidate(frozenset({0}), (FewerChannels(0, 2),)), store).proto
+    onnx.checker.check_model(cut, full_check=True)
+    assert sum(t.ByteSize() for t in cut.graph.initializer) < sum(t.ByteSize() for t in whole.graph.initializer)
+
+    def run(proto):
+        return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+    full, part = run(whole), run(cut)
+    assert part.shape[1 if op in ("Conv", "ConvTranspose") else -1] == 2
+    expected = full[:, :2] if op in ("Conv", "ConvTranspose") else full[..., :2]
+    np.testing.assert_allclose(part, expected, rtol=1e-5, atol=1e-5)
