@@ -5,10 +5,11 @@ from __future__ import annotations
 import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-import onnx
+if TYPE_CHECKING:  # only in annotations: the CLI imports this before its workers start
+    import numpy as np
+    import onnx
 
 LOG_TAIL_CHARS = 64_000
 

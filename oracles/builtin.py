@@ -10,7 +10,6 @@ import threading
 from oracles import make_runner
 from oracles.base import Check, CheckJob, RunResult, Verdict
 from oracles.worker import Worker
-from reducer.candidate import save_model
 from reducer.errors import RunnerUnavailableError
 
 
@@ -40,10 +39,6 @@ class BuiltinOracle:
         self.check = check
         self.timeout = timeout
         self.max_abs_value = runner.max_abs_value
-        self.environment = runner.describe()
-        self.description = f"{runner.spec} --fail-on {check.name}"
-        identity = {"runner": self.environment, "check": check.name, **check_params}
-        self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         self._uses_gpu = getattr(runner, "uses_gpu", False)
         self.environments = worker_environments(self._uses_gpu, jobs)
         self._workers = [Worker(runner.spec, env={**placement, **(env or {})}) for placement in self.environments]
@@ -54,6 +49,10 @@ class BuiltinOracle:
         for worker in self._workers:
             worker.start()  # they import their runtime while the model loads
             self._idle.put(worker)
+        self.environment = runner.describe()  # after the start: describing may import the runtime here too
+        self.description = f"{runner.spec} --fail-on {check.name}"
+        identity = {"runner": self.environment, "check": check.name, **check_params}
+        self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     @property
     def reference_worker(self) -> Worker | None:
@@ -65,6 +64,8 @@ class BuiltinOracle:
 
     def observe(self, job: CheckJob) -> tuple[RunResult, Verdict]:
         """The run itself (outputs, log) with its verdict: what a bug-report bundle shows."""
+        from reducer.candidate import save_model  # imported here: the CLI starts workers before the reducer loads
+
         path = job.workdir / "candidate.onnx"
         save_model(job.model, path)
         worker = self._idle.get()  # one check per worker at a time; several workers for --jobs

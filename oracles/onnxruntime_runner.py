@@ -8,11 +8,13 @@ on cuda, tf32 | notf32 (TF32 matmuls and convolutions; on by default, as in ONNX
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
-import onnx
+from typing import TYPE_CHECKING
 
 from reducer.errors import UsageError
+
+if TYPE_CHECKING:  # imported where used: validating a spec needs neither
+    import numpy as np
+    import onnx
 
 FP16_MAX = 65504.0
 LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
@@ -132,6 +134,8 @@ class OnnxRuntimeRunner:
                 budget_bytes: int = CAPTURE_BUDGET_BYTES):
         """Yield (name, value) for every output, fetching a group at a time so that at most about
         `budget_bytes` of activations are held at once; the group size adapts to the sizes seen."""
+        import numpy as np
+
         session = self._session(model_path, external_dir)
         names = [o.name for o in session.get_outputs()]
         position, group = 0, 64
@@ -145,6 +149,7 @@ class OnnxRuntimeRunner:
             group = max(1, min(4 * group, int(len(wanted) * budget_bytes / held)))
 
     def _session(self, model_path: Path, external_dir: Path | None):
+        import onnx
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -183,6 +188,7 @@ def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     producer by scanning every node, which is quadratic in a layerwise probe's hundreds of outputs (1 s of
     a 1.5 s conversion on a 672-node model): the outputs are taken off for the conversion and given the
     same casts here, with one lookup each."""
+    import onnx
     from onnxconverter_common import float16
 
     bare = onnx.ModelProto()
@@ -205,6 +211,8 @@ def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
     """Cast(to=FLOAT) nodes, named if they were not. onnxconverter-common 1.16 leaves them fp32 but types
     their outputs fp16, which ONNX Runtime rejects; blocked by name, they get a Cast to fp16 after them
     instead. (Blocking the op type "Cast" makes the converter loop forever.)"""
+    import onnx
+
     names = []
     for index, node in enumerate(graph.node):
         if node.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute):
@@ -220,6 +228,8 @@ def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
 
 def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     """Round every top-level float32 tensor (graph inputs and node outputs) through fp16."""
+    import onnx
+
     typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     float32 = {
         info.name

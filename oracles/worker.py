@@ -16,8 +16,6 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 from oracles.base import LOG_TAIL_CHARS, RunResult, signal_name
 
 
@@ -45,6 +43,8 @@ def _read_tail(path: Path) -> str:
 
 
 def _serve(conn, runner_spec: str, factory, log_path: str, env: dict[str, str]) -> None:
+    import numpy as np
+
     os.setsid()  # its own process group: killing a hung worker kills what its runner started too
     os.environ.update(env)  # e.g. CUDA_VISIBLE_DEVICES: set before any runtime is imported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
