@@ -8,11 +8,8 @@ import multiprocessing
 import os
 import shutil
 import signal
-import sys
 import tempfile
-import threading
 import time
-import types
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -99,23 +96,6 @@ def _capture(runner, model_path: Path, feeds: dict, extra: dict) -> None:
     ActivationStore.write(Path(extra["store_dir"]), extra["key"], itertools.chain(feeds.items(), arrays))
 
 
-_MAIN_LOCK = threading.Lock()
-
-
-@contextmanager
-def _bare_main():
-    """Spawn without re-running the parent's main module in the child: for the console script that would
-    import the whole CLI again (about 0.3 s) before the worker could serve its first check. The worker's
-    code is importable by name, so the child needs nothing from the parent's main module."""
-    with _MAIN_LOCK:
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            sys.modules["__main__"] = main
-
-
 class Worker:
     """One warm worker process for one runner; restarted after it dies or is killed for a hang."""
 
@@ -147,8 +127,7 @@ class Worker:
         self._process = self._context.Process(
             target=_serve, args=(child, self.runner_spec, self.factory, log_path, self.env), daemon=True
         )
-        with _bare_main():
-            self._process.start()
+        self._process.start()
         child.close()
         self._conn = parent
 

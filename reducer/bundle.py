@@ -280,7 +280,7 @@ def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scrat
         return {name: np.load(out_dir / "activations" / index[name]["file"], allow_pickle=False) for name in names}
     from oracles.worker import Worker
     from reducer.activations import REFERENCE_RUNNER
-    from reducer.session import DEFAULT_CHECK_TIMEOUT
+    from reducer.options import DEFAULT_CHECK_TIMEOUT
 
     paths = _write_feeds(feeds, scratch)
     onnx.save(model, str(scratch / "reference.onnx"))
@@ -304,7 +304,7 @@ def _write_feeds(feeds: dict[str, np.ndarray], scratch: Path) -> dict[str, Path]
 
 
 def _build_oracle(options: dict):
-    from reducer.session import OracleOptions, build_oracle
+    from reducer.options import OracleOptions, build_oracle
 
     known = {f.name for f in fields(OracleOptions)}
     return build_oracle(OracleOptions(**{**{k: v for k, v in options.items() if k in known}, "jobs": 1}))

@@ -18,7 +18,7 @@ from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
 from reducer.errors import BadModelError
 from reducer.inputs import load_inputs_file, prepare_inputs
 from reducer.model import Model, load_model
-from reducer.options import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions, build_oracle  # noqa: F401
+from reducer.options import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions, build_oracle
 
 
 def prepare(

@@ -47,7 +47,8 @@ def layerwise_inputs(entry: dict, work: Path) -> Path:
     from polygraphy.json import save_json
 
     from reducer.driver import Progress
-    from reducer.session import InputOptions, prepare
+    from reducer.options import InputOptions
+    from reducer.session import prepare
 
     options = InputOptions(inputs=str(CORPUS / entry["inputs"]))
     _, store = prepare(str(CORPUS / entry["model"]), options, work / "ref", Progress())

@@ -150,7 +150,8 @@ def layerwise_inputs(entry: dict, work: Path) -> tuple[Path, Path]:
     from polygraphy.json import save_json
 
     from reducer.driver import Progress
-    from reducer.session import InputOptions, prepare
+    from reducer.options import InputOptions
+    from reducer.session import prepare
 
     _, store = prepare(str(entry["model"]), InputOptions(inputs=str(entry["inputs"])), work / "ref", Progress())
     layerwise = work / "layerwise_inputs.json"

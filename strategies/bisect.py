@@ -11,7 +11,7 @@ import networkx as nx
 
 from reducer.candidate import Candidate
 from strategies.base import SearchContext
-from strategies.localize import grown
+from strategies.localize import grown, with_producers
 
 Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; returns the candidate it ends on
 
@@ -40,8 +40,7 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
-        options = [grown(frozenset({last}), context, current),
-                   grown(frozenset({last, *graph.predecessors(last)}), context, current),
+        options = [grown(frozenset({last}), context, current), with_producers(last, context, current),
                    frozenset(nx.ancestors(graph, last) | {last})]
         batch = list(dict.fromkeys(current.keeping(o) for o in options if len(o) < len(current)))
         if batch:

@@ -26,12 +26,10 @@ class FirstDivergence:
         # downstream of a failing one may only pass it on.
         origins = [p for p in producers if not failing.intersection(context.model.node_reads[p])]
         earliest = (origins or producers)[:EARLIEST]
-        graph = context.model.dag.subgraph(current.nodes)
         options: list[frozenset[int]] = []
         for node in earliest:  # the node alone, grown upwards until what feeds it is faithful
             options.append(grown(frozenset({node}), context, current))
-        first = earliest[0]  # then the earliest with its direct producers
-        options.append(grown(frozenset({first, *graph.predecessors(first)}), context, current))
+        options.append(with_producers(earliest[0], context, current))  # then the earliest with its producers
         seen, batch = set(), []
         for option in options:
             if option not in seen and len(option) < len(current):
@@ -49,3 +47,9 @@ def grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> 
         if not producers:
             return nodes
         nodes = nodes | producers
+
+
+def with_producers(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:
+    """A node with the kept nodes that feed it directly, grown until faithful."""
+    feeding = context.model.dag.subgraph(current.nodes).predecessors(node)
+    return grown(frozenset({node, *feeding}), context, current)

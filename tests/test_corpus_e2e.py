@@ -20,7 +20,7 @@ from reducer.activations import ActivationStore
 from reducer.candidate import Candidate
 from reducer.driver import Reduction
 from reducer.model import load_model
-from reducer.session import OracleOptions, build_oracle
+from reducer.options import OracleOptions, build_oracle
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = json.loads((ROOT / "corpus" / "manifest.json").read_text())

@@ -207,7 +207,8 @@ def test_fp16_conversion_of_a_layerwise_probe_matches_the_converters_own(tmp_pat
 
     from oracles.onnxruntime_runner import _casts_to_float, _to_fp16
     from reducer.driver import Progress
-    from reducer.session import InputOptions, prepare
+    from reducer.options import InputOptions
+    from reducer.session import prepare
 
     inputs = InputOptions(inputs=str(ROOT / "corpus/inputs/silero_vad_int16pcm.npz"))
     model, store = prepare(str(ROOT / "corpus/models/silero_vad_16k_op15.onnx"), inputs, tmp_path, Progress())
@@ -260,7 +261,8 @@ def test_fewer_channels_cuts_weight_and_bias_and_the_model_still_runs(tmp_path, 
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
     from reducer.driver import Progress
-    from reducer.session import InputOptions, prepare
+    from reducer.options import InputOptions
+    from reducer.session import prepare
 
     np.savez(tmp_path / "x.npz", **feeds)
     model, store = prepare(str(path), InputOptions(inputs=str(tmp_path / "x.npz")), tmp_path / "out", Progress())
