@@ -159,6 +159,10 @@ def render_markdown(report: dict, env: dict) -> str:
         lines.append(f"| … | {len(graph) - 200} more in report.json | | | |")
     op_types = sorted({node["op_type"] for node in graph})
     lines += ["", "Op types: " + ", ".join(op_types) + "."]
+    if report.get("edits_described"):
+        lines += ["", "Changed from the original model (each change kept only where the failure survived it, "
+                  "judged against a reference run of the changed model):", ""]
+        lines += [f"- {text}" for text in report["edits_described"]]
     lines += _path_text(report.get("origin"))
 
     lines += ["", "## How it was reduced", ""]

@@ -112,6 +112,24 @@ def channel_slices(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], kee
 Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels
 
 
+def describe_edit(edit: Edit, model: Model) -> str:
+    """One line a vendor can read against the original model: nodes and tensors by their names."""
+    def node(index: int) -> str:
+        return f"`{model.nodes[index].name or '#' + str(index)}` ({model.nodes[index].op_type})"
+
+    if isinstance(edit, AttributeDefault):
+        return f"{node(edit.node)}: attribute `{edit.attribute}` dropped, so its default applies"
+    if isinstance(edit, WeightFill):
+        return f"initializer `{edit.name}` filled with {edit.value:g}"
+    if isinstance(edit, ShrinkAxis):
+        return f"fed tensors cut from {edit.size} to {edit.keep} on axis {edit.axis}"
+    whole = channel_slices(model.nodes[edit.node], model.initializer_shapes, keep=0)
+    weight = model.nodes[edit.node].input[1]
+    axis = next((d for d, part in enumerate(whole.get(weight, ())) if part != slice(None)), None)
+    channels = model.initializer_shapes[weight][axis] if axis is not None else "?"
+    return f"{node(edit.node)}: first {edit.keep} of its {channels} output channels kept, weight and bias cut to match"
+
+
 def shrunk_shape(shape: tuple[int, ...], edits: tuple) -> tuple[tuple[int, ...], tuple | None]:
     """The shape after the candidate's ShrinkAxis edits, applied in order, and the slice that gives it."""
     shape, cut = tuple(shape), None

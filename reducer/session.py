@@ -14,6 +14,7 @@ import onnx
 from oracles.base import Oracle, Verdict
 from reducer import errors
 from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
+from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
 from reducer.errors import BadModelError
 from reducer.inputs import load_inputs_file, prepare_inputs
@@ -244,6 +245,7 @@ def _figures(reduction: Reduction, started: float) -> dict:
         "nodes_after": len(reduction.best),
         "kept_nodes": reduction.best.ordered(),  # indices in the original model's topological order
         "edits": [repr(edit) for edit in reduction.best.edits],  # attribute, weight and shape edits kept
+        "edits_described": [describe_edit(edit, reduction.model) for edit in reduction.best.edits],
         "checks": counters.checks,
         "cache_hits": counters.cache_hits,
         "rejected_unfaithful": counters.unfaithful,

@@ -291,3 +291,14 @@ def test_bundle_make_rebuilds_and_refuses_a_directory_without_a_minimal_model(si
     empty.mkdir()
     done = cli("bundle", "make", str(empty), cwd=tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "report.json" in done.stderr
+
+
+def test_the_graph_picture_of_a_large_model_stays_within_bounds(tmp_path):
+    """An interrupted reduction can bundle hundreds of nodes: the picture shrinks its labels to fit."""
+    from reducer.pictures import MAX_SIDE, draw_graph
+
+    model = onnx.load(str(ROOT / "corpus/models/ch_PP-OCRv4_det_infer.onnx"))  # 672 nodes
+    draw_graph(model, [model.graph.output[0].name], {}, tmp_path / "graph.png")
+    with Image.open(tmp_path / "graph.png") as image:
+        image.verify()
+        assert max(image.size) <= MAX_SIDE and min(image.size) > 100

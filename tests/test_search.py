@@ -114,6 +114,11 @@ def test_dimension_passes_keep_the_failure_and_give_a_valid_simpler_model(tmp_pa
     # smaller weights: the STFT Conv keeps fewer of its 258 output channels, its weight cut to match
     assert any(edit.startswith("FewerChannels(") for edit in report["edits"]), report["edits"]
     assert (out / "minimal.onnx").stat().st_size < 20_000  # against 264 kB with every channel
+    # the bundle tells the vendor what was changed, by node name
+    described = report["edits_described"]
+    assert len(described) == len(report["edits"]) and any("output channels kept" in d for d in described)
+    report_md = (out / "bundle" / "report.md").read_text()
+    assert "Changed from the original model" in report_md and "`/model/stft/Conv` (Conv)" in report_md
     original = onnx.load(str(ROOT / "corpus" / SILERO["model"]))
     minimal = onnx.load(str(out / "minimal.onnx"))
     onnx.checker.check_model(minimal, full_check=True)
