@@ -119,46 +119,6 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
         feeds = {name: np.asarray(data[name]) for name in data.files}
     _save_arrays(staging / "inputs", [feeds])
-    runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
-    target_model, target_note = _target_model(options, runner_spec, model, staging)
-    if options.get("check_command"):
-        options["check_command"] = _ship_command_files(options["check_command"], staging)
-    facts = ReproFacts(options, runner_spec, target_model, report.get("signature"),
-                       {name: list(value.shape) for name, value in feeds.items()})
-    family = family_of(facts)
-    for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
-        (staging / name).write_text(text)
-        (staging / name).chmod(0o755)
-    # repro.py runs once (the proof that it works, and the runtime's verbose log) while the rest is written
-    self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
-    staged = _Staged(staging, scrub, report, options, model, feeds, family, target_model, target_note)
-    try:
-        return _finish_bundle(out_dir, staged, oracle, observed, self_check, started)
-    finally:
-        if self_check and self_check[0].poll() is None:  # the bundle failed before its self-check ended
-            self_check[0].kill()
-            self_check[0].wait()
-
-
-@dataclass
-class _Staged:
-    """What make_bundle has written before its repro.py self-check starts, and the rest goes on with."""
-
-    folder: Path
-    scrub: Scrubber
-    report: dict
-    options: dict
-    model: onnx.ModelProto
-    feeds: dict[str, np.ndarray]
-    family: object
-    target_model: str
-    target_note: str
-
-
-def _finish_bundle(out_dir: Path, staged: _Staged, oracle, observed, self_check, started: float) -> BundleResult:
-    staging, scrub, report, options = staged.folder, staged.scrub, staged.report, staged.options
-    model, feeds, family = staged.model, staged.feeds, staged.family
-    target_model, target_note = staged.target_model, staged.target_note
     reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
     _save_run_results(staging / "reference_outputs", reference, "reference")
 
@@ -178,6 +138,16 @@ def _finish_bundle(out_dir: Path, staged: _Staged, oracle, observed, self_check,
     recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
     reproduced = bool(verdict.failing and verdict.signature.same_failure(recorded))
 
+    runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
+    target_model, target_note = _target_model(options, runner_spec, model, staging)
+    if options.get("check_command"):
+        options["check_command"] = _ship_command_files(options["check_command"], staging)
+    facts = ReproFacts(options, runner_spec, target_model, report.get("signature"),
+                       {name: list(value.shape) for name, value in feeds.items()})
+    family = family_of(facts)
+    for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
+        (staging / name).write_text(text)
+        (staging / name).chmod(0o755)
     env = environment.collect(scrub.value(report.get("environment") or {}),
                               [scrub.argument(a) for a in report.get("command_line") or []] or None,
                               family.environment())
@@ -185,6 +155,8 @@ def _finish_bundle(out_dir: Path, staged: _Staged, oracle, observed, self_check,
     log = (f"# the target run on minimal.onnx ({when}): {'FAIL' if verdict.failing else 'PASS'} - "
            f"{verdict.reason}\n" + (verdict.log.strip() or "(the runner logged nothing)") + "\n")
     (staging / "runner.log").write_text(scrub.text(log[-LOG_CHARS:]))
+    # repro.py runs once here (the proof that it works, and the runtime's verbose log) while the pictures draw
+    self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
 
     history = _read_history(out_dir / "history.jsonl")
     (staging / "history.jsonl").write_text("".join(json.dumps(step) + "\n" for step in history))

@@ -109,6 +109,15 @@ def channel_slices(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], kee
     return cut
 
 
+def output_channels(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """How many output channels FewerChannels could cut from this node; None where it cannot."""
+    weight = channel_slices(node, shapes, keep=0).get(node.input[1]) if len(node.input) > 1 else None
+    if weight is None:
+        return None
+    axis = next(d for d, part in enumerate(weight) if part != slice(None))
+    return shapes[node.input[1]][axis]
+
+
 Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels
 
 
@@ -123,10 +132,7 @@ def describe_edit(edit: Edit, model: Model) -> str:
         return f"initializer `{edit.name}` filled with {edit.value:g}"
     if isinstance(edit, ShrinkAxis):
         return f"fed tensors cut from {edit.size} to {edit.keep} on axis {edit.axis}"
-    whole = channel_slices(model.nodes[edit.node], model.initializer_shapes, keep=0)
-    weight = model.nodes[edit.node].input[1]
-    axis = next((d for d, part in enumerate(whole.get(weight, ())) if part != slice(None)), None)
-    channels = model.initializer_shapes[weight][axis] if axis is not None else "?"
+    channels = output_channels(model.nodes[edit.node], model.initializer_shapes) or "?"
     return f"{node(edit.node)}: first {edit.keep} of its {channels} output channels kept, weight and bias cut to match"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reducer.candidate import Candidate, FewerChannels, WeightFill, channel_slices
+from reducer.candidate import Candidate, FewerChannels, WeightFill, channel_slices, output_channels
 from strategies.base import Proposals, SearchContext
 
 MIN_ELEMENTS = 2  # scalars and shape-like tensors say little and often must stay exact
@@ -45,12 +45,9 @@ def _fewer_channels(current: Candidate, context: SearchContext):
         if read_elsewhere & set(model.node_writes[index]):
             continue  # another kept node reads its output: its shape must stay
         node = model.nodes[index]
-        whole = channel_slices(node, model.initializer_shapes, keep=0)
-        if not whole or read_elsewhere & set(whole):
+        keep = output_channels(node, model.initializer_shapes)
+        if keep is None or read_elsewhere & set(channel_slices(node, model.initializer_shapes, keep)):
             continue  # nothing to cut, or a weight another kept node reads too
-        weight = node.input[1]
-        axis = next(d for d, part in enumerate(whole[weight]) if part != slice(None))
-        keep = model.initializer_shapes[weight][axis]
         for edit in current.edits:
             if isinstance(edit, FewerChannels) and edit.node == index:
                 keep = edit.keep
