@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -103,14 +104,25 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, str, f
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
+        # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
+        expired = threading.Event()
+        timer = threading.Timer(timeout, _kill_group, (process, expired))
+        timer.start()
         try:
-            code = process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
-            process.wait()
-            code = None
+            code = process.wait()
+        finally:
+            timer.cancel()
+        code = None if expired.is_set() else code
     output = log_path.read_bytes()[-LOG_TAIL_CHARS:].decode(errors="replace")
     return code, output, time.perf_counter() - start
+
+
+def _kill_group(process: subprocess.Popen, expired: threading.Event) -> None:
+    expired.set()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
+    except ProcessLookupError:  # it ended as the timer fired
+        pass
 
 
 def _absolute_if_exists(arg: str) -> str:

@@ -7,11 +7,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
-from reducer.model import Model
+if TYPE_CHECKING:  # the reference worker writes the store: it need not import the graph tools
+    import onnx
+
+    from reducer.model import Model
 
 REFERENCE_RUNNER = "onnxruntime:cpu:fp32:O0"  # fp32, graph optimizations off: the plain semantics
 
@@ -98,6 +101,8 @@ def store_key(model: Model, feeds: dict[str, np.ndarray]) -> str:
 
 def capture_model(model: Model) -> onnx.ModelProto:
     """The original model with every top-level tensor marked as an output, for one reference run."""
+    import onnx
+
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     present = {o.name for o in proto.graph.output}

@@ -118,25 +118,7 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     shutil.copyfile(out_dir / MINIMAL, staging / "minimal.onnx")
     with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
         feeds = {name: np.asarray(data[name]) for name in data.files}
-    _save_arrays(staging / "inputs", [feeds])
-    reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
-    _save_run_results(staging / "reference_outputs", reference, "reference")
-
-    when = "the reduction's final re-check" if observed is not None else "run again while bundling"
-    if observed is not None:
-        verdict, observed = observed
-    else:
-        own = oracle is None
-        oracle = oracle or _build_oracle(options)
-        try:
-            verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
-        finally:
-            if own:
-                oracle.close()
-    if observed:
-        np.savez(staging / "target_outputs.npz", **observed)
-    recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
-    reproduced = bool(verdict.failing and verdict.signature.same_failure(recorded))
+    np.savez(staging / "inputs.npz", **feeds)
 
     runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
     target_model, target_note = _target_model(options, runner_spec, model, staging)
@@ -148,39 +130,66 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
         (staging / name).write_text(text)
         (staging / name).chmod(0o755)
-    env = environment.collect(scrub.value(report.get("environment") or {}),
-                              [scrub.argument(a) for a in report.get("command_line") or []] or None,
-                              family.environment())
-    (staging / "env.json").write_text(json.dumps(env, indent=2) + "\n")
-    log = (f"# the target run on minimal.onnx ({when}): {'FAIL' if verdict.failing else 'PASS'} - "
-           f"{verdict.reason}\n" + (verdict.log.strip() or "(the runner logged nothing)") + "\n")
-    (staging / "runner.log").write_text(scrub.text(log[-LOG_CHARS:]))
-    # repro.py runs once here (the proof that it works, and the runtime's verbose log) while the pictures draw
+    # repro.py runs once, from here on, while the rest is written (the proof that it works, and the
+    # runtime's verbose log)
     self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
 
-    history = _read_history(out_dir / "history.jsonl")
-    (staging / "history.jsonl").write_text("".join(json.dumps(step) + "\n" for step in history))
-    shapes = _tensor_shapes(out_dir, model, feeds, reference)
-    from reducer.pictures import draw_graph, draw_reduction
+    try:
+        _save_polygraphy_json(staging / "inputs.json", [feeds])
+        reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
+        _save_run_results(staging / "reference_outputs", reference, "reference")
 
-    failing = list(verdict.signature.outputs) if verdict.signature else list((recorded or Signature("")).outputs)
-    draw_graph(model, failing, shapes, staging / "graph.png")
-    draw_reduction(history, report.get("nodes_before", len(model.graph.node)), len(model.graph.node),
-                   report.get("checks", 0), staging / "reduction.png")
+        when = "the reduction's final re-check" if observed is not None else "run again while bundling"
+        if observed is not None:
+            verdict, observed = observed
+        else:
+            own = oracle is None
+            oracle = oracle or _build_oracle(options)
+            try:
+                verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
+            finally:
+                if own:
+                    oracle.close()
+        if observed:
+            np.savez(staging / "target_outputs.npz", **observed)
+        recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
+        reproduced = bool(verdict.failing and verdict.signature.same_failure(recorded))
 
-    bundle_report = scrub.value({**{k: v for k, v in report.items() if k != "bundle"}, "oracle_options": options})
-    bundle_report["model"] = scrub.argument(str(report.get("model", "")))
-    if "command_line" in bundle_report:
-        bundle_report["command_line"] = [scrub.argument(a) for a in report["command_line"]]
-    bundle_report.update({
-        "observed": {**verdict.to_json(), "reproduced": reproduced},
-        "outputs": _output_errors(reference, observed, options, failing),
-        "minimal_graph": _graph_table(model, shapes),
-        "target_model": target_model,
-        "target_model_note": target_note,
-        "repro_self_check": _finish_repro(self_check, staging, scrub, options) if self_check else None,
-    })
-    _write_reports(staging, bundle_report, env, None)
+        env = environment.collect(scrub.value(report.get("environment") or {}),
+                                  [scrub.argument(a) for a in report.get("command_line") or []] or None,
+                                  family.environment())
+        (staging / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+        log = (f"# the target run on minimal.onnx ({when}): {'FAIL' if verdict.failing else 'PASS'} - "
+               f"{verdict.reason}\n" + (verdict.log.strip() or "(the runner logged nothing)") + "\n")
+        (staging / "runner.log").write_text(scrub.text(log[-LOG_CHARS:]))
+
+        history = _read_history(out_dir / "history.jsonl")
+        (staging / "history.jsonl").write_text("".join(json.dumps(step) + "\n" for step in history))
+        shapes = _tensor_shapes(out_dir, model, feeds, reference)
+        from reducer.pictures import draw_graph, draw_reduction
+
+        failing = list(verdict.signature.outputs) if verdict.signature else list((recorded or Signature("")).outputs)
+        draw_graph(model, failing, shapes, staging / "graph.png")
+        draw_reduction(history, report.get("nodes_before", len(model.graph.node)), len(model.graph.node),
+                       report.get("checks", 0), staging / "reduction.png")
+
+        bundle_report = scrub.value({**{k: v for k, v in report.items() if k != "bundle"}, "oracle_options": options})
+        bundle_report["model"] = scrub.argument(str(report.get("model", "")))
+        if "command_line" in bundle_report:
+            bundle_report["command_line"] = [scrub.argument(a) for a in report["command_line"]]
+        bundle_report.update({
+            "observed": {**verdict.to_json(), "reproduced": reproduced},
+            "outputs": _output_errors(reference, observed, options, failing),
+            "minimal_graph": _graph_table(model, shapes),
+            "target_model": target_model,
+            "target_model_note": target_note,
+            "repro_self_check": _finish_repro(self_check, staging, scrub, options) if self_check else None,
+        })
+        _write_reports(staging, bundle_report, env, None)
+    except BaseException:  # a bundle that fails midway leaves no repro.py running behind it
+        if self_check is not None:
+            self_check[0].kill()
+        raise
     shutil.rmtree(staging / "work", ignore_errors=True)
 
     zip_path = out_dir / BUNDLE_ZIP
@@ -214,12 +223,11 @@ def _read_history(path: Path) -> list[dict]:
         return []
 
 
-def _save_arrays(stem: Path, feeds: list[dict[str, np.ndarray]]) -> None:
-    """.npz (numpy) and .json (Polygraphy's --load-inputs format: a list of feed dicts)."""
+def _save_polygraphy_json(path: Path, feeds: list[dict[str, np.ndarray]]) -> None:
+    """Polygraphy's --load-inputs format: a list of feed dicts."""
     from polygraphy.json import save_json
 
-    np.savez(stem.with_suffix(".npz"), **feeds[0])
-    save_json(feeds, str(stem.with_suffix(".json")))
+    save_json(feeds, str(path))
 
 
 def _save_run_results(stem: Path, outputs: dict[str, np.ndarray], runner_name: str) -> None:

@@ -307,7 +307,7 @@ class Reduction:
         started, nodes_before = time.perf_counter(), len(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
-                                self.fed_shapes)
+                                self.fed_shapes, self.jobs)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

@@ -2,6 +2,7 @@
 
   A. `polygraphy debug reduce --mode=bisect --check CMD`      (the anchor)
   B. `onnx-reduce reduce --check CMD`                         (the same check command)
+  B2. the same with `--jobs 2`                                 (two checks at once)
   C. `onnx-reduce reduce --runner R --fail-on F`              (the built-in oracle)
   D. `onnx-reduce reduce --strategy ddmin` (built-in oracle)  (plain ddmin: the size to match)
   E. `onnx-reduce reduce --strategy probdd,linear` (built-in)  (ProbDD against ddmin, check for check)
@@ -140,12 +141,13 @@ def main() -> int:
         try:
             inputs_json = layerwise_inputs(entry, work)
             command = check_command(entry, inputs_json)
-            results = {"polygraphy": [], "command": [], "builtin": []}
+            results = {"polygraphy": [], "command": [], "command_jobs2": [], "builtin": []}
             command_flags = ["--inputs", str(CORPUS / entry["inputs"]), *faithful(entry), "--fail-code", "1",
                              "--check", *command]
             for _ in range(args.repeat):  # interleaved, so drift in machine load hits every tool alike
                 results["polygraphy"].append(run_polygraphy(entry, command, work))
                 results["command"].append(run_reducer(entry, command_flags, work))
+                results["command_jobs2"].append(run_reducer(entry, ["--jobs", "2", *command_flags], work))
                 results["builtin"].append(run_reducer(entry, builtin_flags(entry), work))
             ddmin = run_reducer(entry, [*builtin_flags(entry), "--strategy", "ddmin"], work)
             probdd = run_reducer(entry, [*builtin_flags(entry), "--strategy", "probdd,linear"], work)
@@ -180,6 +182,7 @@ def render(rows: list[dict], repeat: int, note: str = "") -> str:
         "",
         "- **polygraphy**: `polygraphy debug reduce MODEL --mode=bisect --check CMD`",
         "- **ours, same command**: `onnx-reduce reduce MODEL --check CMD` (the same CMD, check for check)",
+        "- **--jobs 2**: the same, two checks at once (bisection then probes two cut points a step)",
         "- **ours, built-in**: `onnx-reduce reduce MODEL --runner R --fail-on F` (warm worker, reference "
         "captured once)",
         "- **plain ddmin**: `onnx-reduce reduce MODEL --strategy ddmin` with the built-in oracle",
@@ -192,19 +195,20 @@ def render(rows: list[dict], repeat: int, note: str = "") -> str:
         "",
         "Nodes / checks / seconds, and the final model's bytes:",
         "",
-        "| model | nodes | polygraphy | ours, same command | ours, built-in | plain ddmin | ProbDD |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| model | nodes | polygraphy | ours, same command | --jobs 2 | ours, built-in | plain ddmin | ProbDD |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         pg, cmd, bi, dd, pd = r["polygraphy"], r["command"], r["builtin"], r["ddmin"], r["probdd"]
         lines.append(
-            f"| {r['name']} | {r['nodes_before']} | {_cell(pg)} | {_cell(cmd)} | {_cell(bi)} | {_cell(dd)} "
+            f"| {r['name']} | {r['nodes_before']} | {_cell(pg)} | {_cell(cmd)} | {_cell(r['command_jobs2'])} "
+            f"| {_cell(bi)} | {_cell(dd)} "
             f"| {_cell(pd)} |"
         )
     lines += ["", "Ratios and targets (from the issues):", "",
               "| model | size: ours (same command / built-in) vs smallest of ddmin and polygraphy "
               "| checks, same command: ours / polygraphy (targets <= 2.5, <= 1.5) "
-              "| wall, same command: ours / polygraphy (target <= 1) "
+              "| wall, same command: ours / polygraphy, --jobs 1 and 2 (target <= 1) "
               "| wall: polygraphy / ours built-in (target >= 5) "
               "| ours, same command, first as small as polygraphy's: checks / s "
               "| ProbDD vs ddmin: checks to reach ddmin's final size |",
@@ -216,7 +220,8 @@ def render(rows: list[dict], repeat: int, note: str = "") -> str:
         lines.append(
             f"| {r['name']} | {size_ok} ({cmd['nodes']} / {bi['nodes']} vs {smallest}) "
             f"| {cmd['checks'] / pg['checks']:.2f} "
-            f"| {cmd['seconds'] / pg['seconds']:.2f} | {pg['seconds'] / bi['seconds']:.1f} "
+            f"| {cmd['seconds'] / pg['seconds']:.2f}, {r['command_jobs2']['seconds'] / pg['seconds']:.2f} "
+            f"| {pg['seconds'] / bi['seconds']:.1f} "
             f"| {reached(cmd, pg['nodes'])} | {reached(pd, dd['nodes']).split(' / ')[0]} vs {dd['checks']} |"
         )
     return "\n".join(lines) + "\n" + NOTES

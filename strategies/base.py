@@ -37,6 +37,8 @@ class SearchContext:
     unfaithful_inputs: Callable[[Candidate], list[str]] = lambda candidate: []
     # the shapes of the tensors a candidate is fed (graph inputs and cut tensors), after its shape edits
     fed_shapes: Callable[[Candidate], dict[str, tuple[int, ...]]] = lambda candidate: {}
+    # checks the driver runs at once (--jobs): a strategy may offer that many alternatives per step
+    parallel: int = 1
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer.get(name) for name in self.failing_outputs}

@@ -16,17 +16,22 @@ from strategies.localize import grown, with_producers
 Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; returns the candidate it ends on
 
 
-def cut_end(current: Candidate, from_front: bool) -> Cut:
-    """Binary search of how many nodes can go from one end of the topological order."""
+def cut_end(current: Candidate, from_front: bool, ways: int = 1) -> Cut:
+    """Search of how many nodes can go from one end of the topological order: binary with one check at
+    a time; with `ways` checks at once (--jobs), each step probes `ways` cut points, most removed first,
+    splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks)."""
     nodes = current.ordered()
     removable, too_many = 0, len(nodes)  # removing `removable` is known to fail; all is empty
     while too_many - removable > 1:
-        middle = (removable + too_many) // 2
-        probe = current.keeping(nodes[middle:] if from_front else nodes[: len(nodes) - middle])
-        if (yield [probe]) is None:
-            too_many = middle
+        gap = too_many - removable
+        cuts = sorted({removable + gap * k // (ways + 1) for k in range(1, ways + 1)} - {removable}, reverse=True)
+        probes = [current.keeping(nodes[cut:] if from_front else nodes[: len(nodes) - cut]) for cut in cuts]
+        winner = yield probes
+        if winner is None:
+            too_many = cuts[-1]
         else:
-            removable, current = middle, probe
+            removable, current = cuts[winner], probes[winner]
+            too_many = cuts[winner - 1] if winner > 0 else too_many
     return current
 
 
@@ -36,7 +41,7 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     command) can still give, for about log2(n) checks: the last node alone (grown upwards until what
     feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next."""
     before = len(current)
-    current = yield from cut_end(current, from_front=False)
+    current = yield from cut_end(current, from_front=False, ways=context.parallel)
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
@@ -55,4 +60,4 @@ class BoundaryBisection:
 
     def search(self, current: Candidate, context: SearchContext) -> Cut:
         current = yield from shortest_failing_prefix(current, context)
-        return (yield from cut_end(current, from_front=True))
+        return (yield from cut_end(current, from_front=True, ways=context.parallel))

@@ -12,4 +12,4 @@ class ShortestFailingSuffix:
     name = "suffix"
 
     def search(self, current: Candidate, context: SearchContext) -> Cut:
-        return (yield from cut_end(current, from_front=True))
+        return (yield from cut_end(current, from_front=True, ways=context.parallel))
