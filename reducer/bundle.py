@@ -130,9 +130,10 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     for name, text in (("repro.py", family.repro_py(facts)), ("repro.sh", family.repro_sh(facts))):
         (staging / name).write_text(text)
         (staging / name).chmod(0o755)
-    # repro.py runs once, from here on, while the rest is written (the proof that it works, and the
-    # runtime's verbose log)
-    self_check = _start_repro(staging) if facts.family == "onnxruntime" else None
+    # repro.py runs once (the proof that it works, and the runtime's verbose log) while the rest is written;
+    # where the target runs again here, after it, so that the two never share a device
+    self_checked = facts.family == "onnxruntime"
+    self_check = _start_repro(staging) if self_checked and observed is not None else None
 
     try:
         _save_polygraphy_json(staging / "inputs.json", [feeds])
@@ -150,6 +151,8 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
             finally:
                 if own:
                     oracle.close()
+        if self_checked and self_check is None:
+            self_check = _start_repro(staging)
         if observed:
             np.savez(staging / "target_outputs.npz", **observed)
         recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
