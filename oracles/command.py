@@ -28,6 +28,8 @@ class CommandOracle:
     check's own working directory, as Polygraphy does it. Relative paths that exist where the user
     started are made absolute, since each check runs in a private directory."""
 
+    needs_reference = False  # the command decides alone: the whole model can be checked before the reference ran
+
     def __init__(
         self,
         argv: list[str],
@@ -43,6 +45,7 @@ class CommandOracle:
         if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
             raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout
+        self._running: dict[subprocess.Popen, threading.Event] = {}  # each check's "cancelled" flag
         self.fail_codes = fail_codes or None
         self.ignore_fail_codes = ignore_fail_codes or None
         self.fail_regexes = fail_regexes or None
@@ -68,13 +71,15 @@ class CommandOracle:
 
             save_json([{name: np.load(path) for name, path in job.feeds.items()}], str(inputs_path))
         argv = [arg.replace("{model}", str(model_path)).replace("{inputs}", str(inputs_path)) for arg in self.argv]
-        code, output, seconds = _run(argv, job.workdir, self.timeout)
+        code, output, seconds = _run(argv, job.workdir, self.timeout, self._running)
         if code is None:
             return Verdict(True, Signature("timeout"), f"no answer after {self.timeout:g} s; killed", output)
         return self.decide(code, output)
 
     def close(self) -> None:
-        pass
+        """A check still running (one in another thread when Ctrl-C came) is killed: it decides nothing now."""
+        for process, cancelled in list(self._running.items()):
+            _kill_group(process, cancelled)
 
     def decide(self, code: int, output: str) -> Verdict:
         """Polygraphy's rule (polygraphy/tools/debug/subtool/iterative_debug_args.py), plus ignore-regexes."""
@@ -95,7 +100,11 @@ class CommandOracle:
         return Verdict(True, Signature("command", detail), detail, output)
 
 
-def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, str, float]:
+class CheckCancelled(RuntimeError):
+    """The oracle was closed while this check ran: no verdict (none is cached)."""
+
+
+def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int | None, str, float]:
     start = time.perf_counter()
     log_path = cwd / "check.log"
     with open(log_path, "wb") as log:
@@ -108,17 +117,25 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, str, f
         expired = threading.Event()
         timer = threading.Timer(timeout, _kill_group, (process, expired))
         timer.start()
+        cancelled = running[process] = threading.Event()
         try:
             code = process.wait()
+        except BaseException:  # Ctrl-C: in its own session the check never saw it, so it goes with us
+            _kill_group(process, cancelled)
+            process.wait()
+            raise
         finally:
             timer.cancel()
+            running.pop(process, None)
+        if cancelled.is_set():
+            raise CheckCancelled(f"'{argv[0]}' was stopped: the reduction is closing")
         code = None if expired.is_set() else code
     output = log_path.read_bytes()[-LOG_TAIL_CHARS:].decode(errors="replace")
     return code, output, time.perf_counter() - start
 
 
-def _kill_group(process: subprocess.Popen, expired: threading.Event) -> None:
-    expired.set()
+def _kill_group(process: subprocess.Popen, reason: threading.Event) -> None:
+    reason.set()  # timed out, or cancelled
     try:
         os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
     except ProcessLookupError:  # it ended as the timer fired

@@ -263,11 +263,13 @@ class Reduction:
         return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))
 
     # -- search ----------------------------------------------------------------------------------
-    def start(self) -> Verdict:
-        """Judge the whole model once; the reduction keeps this failure's signature."""
+    def start(self, judged: Verdict | None = None) -> Verdict:
+        """Judge the whole model once (`judged`: already done, while the reference ran); the reduction keeps
+        this failure's signature."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.history_path.unlink(missing_ok=True)  # this run's steps only
-        self.original = self.judge(self.best) or Verdict(False, None, "the full model could not be checked")
+        verdict = judged or self.judge(self.best)
+        self.original = verdict or Verdict(False, None, "the full model could not be checked")
         self.best_verdict = self.original
         return self.original
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from oracles.base import Oracle, Verdict
@@ -23,9 +24,12 @@ from reducer.options import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions, 
 
 
 def prepare(
-    model_path: str, input_options: InputOptions, out_dir: Path, progress: Progress, worker=None
+    model_path: str, input_options: InputOptions, out_dir: Path, progress: Progress, worker=None,
+    while_capturing: Callable[[Model, ActivationStore], object] | None = None,
 ) -> tuple[Model, ActivationStore]:
-    """Load and validate the model and inputs, then capture every tensor in one reference run."""
+    """Load and validate the model and inputs, then capture every tensor in one reference run.
+    `while_capturing(model, inputs)` runs alongside the reference run, given a store of the inputs alone
+    (not called where an earlier run's store is reused)."""
     model = load_model(model_path)
     given = load_inputs_file(input_options.inputs) if input_options.inputs else None
     feeds = prepare_inputs(model, given, input_options.input_shapes, input_options.seed, input_options.input_range)
@@ -39,53 +43,71 @@ def prepare(
     from oracles.worker import Worker
 
     scratch = out_dir / "work" / "reference"
-    scratch.mkdir(parents=True, exist_ok=True)
-    feed_paths = {}
-    for number, (name, value) in enumerate(feeds.items()):
-        feed_paths[name] = scratch / f"input{number}.npy"
-        np.save(feed_paths[name], value, allow_pickle=False)
+    inputs = ActivationStore.write(scratch / "inputs", key, feeds.items())
     capture_path = scratch / "capture.onnx"
     onnx.save(capture_model(model), str(capture_path))  # may keep external references: resolved below
     has_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.initializers.values())
     borrowed = worker is not None  # the oracle's warm worker: one process start less
     worker = worker or Worker(REFERENCE_RUNNER)
+    alongside = ThreadPoolExecutor(max_workers=1)
     try:
-        result = worker.run(
-            capture_path, feed_paths, DEFAULT_CHECK_TIMEOUT * 4, kind="capture", runner_spec=REFERENCE_RUNNER,
-            store_dir=str(store_dir), key=key, external_dir=str(model.base_dir) if has_external else None,
-        )
-    finally:
-        if not borrowed:
-            worker.close()
+        overlapped = alongside.submit(while_capturing, model, inputs) if while_capturing else None
+        try:
+            result = worker.run(
+                capture_path, {name: inputs.path(name) for name in feeds}, DEFAULT_CHECK_TIMEOUT * 4,
+                kind="capture", runner_spec=REFERENCE_RUNNER, store_dir=str(store_dir), key=key,
+                external_dir=str(model.base_dir) if has_external else None,
+            )
+        finally:
+            if not borrowed:
+                worker.close()
+        if overlapped is not None:
+            overlapped.result()  # its error, if any, is the caller's
+    finally:  # not waited for on an error or Ctrl-C: closing the oracle stops it
+        alongside.shutdown(wait=False)
     if result.status != "ok":
         raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}")
     store = ActivationStore.open(store_dir, key)
     return model, store
 
 
-def _oracle_and_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
-                      progress: Progress, oracle: Oracle | None = None) -> tuple[Oracle, Model, ActivationStore]:
-    """The oracle first (or one already built), so that its warm worker boots while the model loads, then
-    runs the reference."""
+def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
+                        progress: Progress, oracle: Oracle | None = None,
+                        **settings) -> tuple[Reduction, Verdict | None]:
+    """The oracle first (or one already built), so that its warm worker boots while the model loads; then
+    the reference run. An oracle that needs no reference outputs (a --check command) checks the whole model
+    meanwhile, one check's wait less: that verdict comes back too, for Reduction.start."""
     oracle = oracle or build_oracle(oracle_options)
+    early: dict = {}
+
+    def check_whole_model(model: Model, inputs: ActivationStore) -> None:
+        early["reduction"] = Reduction(model, inputs, oracle, out_dir, progress=progress, **settings)
+        early["verdict"] = early["reduction"].judge(early["reduction"].best)  # None: it needs captured tensors
+
+    alongside = None if getattr(oracle, "needs_reference", True) else check_whole_model
     try:
-        model, store = prepare(model_path, input_options, out_dir, progress, getattr(oracle, "reference_worker", None))
+        model, store = prepare(model_path, input_options, out_dir, progress,
+                               getattr(oracle, "reference_worker", None), alongside)
     except BaseException:
+        if "reduction" in early:
+            early["reduction"].cache.close()
         oracle.close()
         raise
-    return oracle, model, store
+    reduction = early.get("reduction") or Reduction(model, store, oracle, out_dir, progress=progress, **settings)
+    reduction.store = store
+    return reduction, early.get("verdict")
 
 
 def check_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
                 progress: Progress) -> tuple[Verdict, int]:
     """Run the oracle once on the whole model: `onnx-reduce check`."""
-    oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress)
-    reduction = Reduction(model, store, oracle, out_dir, [], progress=progress)
+    reduction, early = _prepared_reduction(model_path, input_options, oracle_options, out_dir, progress,
+                                           strategies=[])
     try:
-        verdict = reduction.start()
+        verdict = reduction.start(early)
     finally:
         reduction.close()
-    return verdict, len(model)
+    return verdict, len(reduction.model)
 
 
 def write_report(out_dir: Path, report: dict) -> None:
@@ -119,9 +141,13 @@ def reduce_model(
         if oracle is not None:
             oracle.close()
         raise
-    oracle, model, store = _oracle_and_model(model_path, input_options, oracle_options, out_dir, progress, oracle)
+    oracle = oracle or build_oracle(oracle_options)
     jobs = getattr(oracle, "jobs", None) or oracle_options.jobs or 1
-    reduction = Reduction(model, store, oracle, out_dir, strategies, faithful, progress, jobs, started, limits)
+    reduction, early = _prepared_reduction(
+        model_path, input_options, oracle_options, out_dir, progress, oracle, strategies=strategies,
+        faithful=faithful, jobs=jobs, started=started, limits=limits,
+    )
+    model = reduction.model
     report = {
         "status": "interrupted",
         "model": str(model_path),
@@ -134,7 +160,7 @@ def reduce_model(
     }
     code = errors.EXIT_INTERRUPTED
     try:
-        original = reduction.start()
+        original = reduction.start(early)
         report["original"] = {"failing": original.failing, "reason": original.reason}
         if not original.failing or not _is_the_failure_asked_for(original, oracle_options):
             # a failure that shows in some runs only is reported as flaky, not dropped as a pass

@@ -117,6 +117,7 @@ def median_of(runs: list[dict]) -> dict:
     first["seconds"] = statistics.median(r["seconds"] for r in runs)
     first["nodes_all"] = sorted({r["nodes"] for r in runs})
     first["checks_all"] = sorted({r["checks"] for r in runs})
+    first["kept_all"] = sorted({json.dumps(r["kept"]) for r in runs})
     return first
 
 
@@ -209,10 +210,11 @@ def render(rows: list[dict], repeat: int, note: str = "") -> str:
               "| model | size: ours (same command / built-in) vs smallest of ddmin and polygraphy "
               "| checks, same command: ours / polygraphy (targets <= 2.5, <= 1.5) "
               "| wall, same command: ours / polygraphy, --jobs 1 and 2 (target <= 1) "
+              "| --jobs 2: the same model as --jobs 1 in every run "
               "| wall: polygraphy / ours built-in (target >= 5) "
               "| ours, same command, first as small as polygraphy's: checks / s "
               "| ProbDD vs ddmin: checks to reach ddmin's final size |",
-              "|---|---|---:|---:|---:|---:|---:|"]
+              "|---|---|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         pg, cmd, bi, dd, pd = r["polygraphy"], r["command"], r["builtin"], r["ddmin"], r["probdd"]
         smallest = min(dd["nodes"], pg["nodes"] or dd["nodes"])  # polygraphy's empty graph is no repro
@@ -221,6 +223,7 @@ def render(rows: list[dict], repeat: int, note: str = "") -> str:
             f"| {r['name']} | {size_ok} ({cmd['nodes']} / {bi['nodes']} vs {smallest}) "
             f"| {cmd['checks'] / pg['checks']:.2f} "
             f"| {cmd['seconds'] / pg['seconds']:.2f}, {r['command_jobs2']['seconds'] / pg['seconds']:.2f} "
+            f"| {'yes' if cmd['kept_all'] == r['command_jobs2']['kept_all'] and len(cmd['kept_all']) == 1 else 'NO'} "
             f"| {pg['seconds'] / bi['seconds']:.1f} "
             f"| {reached(cmd, pg['nodes'])} | {reached(pd, dd['nodes']).split(' / ')[0]} vs {dd['checks']} |"
         )

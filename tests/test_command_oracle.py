@@ -175,6 +175,40 @@ def test_timeout_kills_the_command_and_its_children(job, tmp_path):
     assert [p for p in numbers if _alive(p)] == []
 
 
+def test_closing_the_oracle_cancels_a_running_check_without_a_verdict(job, tmp_path):
+    """A check still running when the reduction closes (one started alongside the reference run, when
+    Ctrl-C came) is killed with its children, and gives no verdict: a kill is no failure to cache."""
+    import threading
+
+    from oracles.command import CheckCancelled
+
+    pids = tmp_path / "pids"
+    oracle = _oracle(argv=["sh", "-c", f"sleep 30 & echo $! > {pids}; echo $$ >> {pids}; wait"], timeout=60)
+    outcome = {}
+
+    def judge() -> None:
+        try:
+            outcome["verdict"] = oracle.judge(job)
+        except CheckCancelled as exc:
+            outcome["cancelled"] = exc
+
+    thread = threading.Thread(target=judge)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    start = time.perf_counter()
+    oracle.close()
+    thread.join(10)
+    assert not thread.is_alive() and time.perf_counter() - start < 5
+    assert "cancelled" in outcome and "verdict" not in outcome
+    numbers = [int(p) for p in pids.read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in numbers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in numbers if _alive(p)] == []
+
+
 def test_a_command_that_segfaults_is_a_crash(job):
     argv = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
     verdict = _oracle(argv=argv).judge(job)
