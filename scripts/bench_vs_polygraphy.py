@@ -251,12 +251,19 @@ Reading these figures:
   failing prefix's cone keeps 240 nodes; `singletons` (one node per op type, rare types first, from the
   whole model) then finds a lone GlobalAveragePool that fails the same way, before `suffix` (bisection's
   front half) would have spent its checks on the 240.
-- Wall time: a check costs both tools the same (the command dominates); ours makes two checks Polygraphy
-  does not (the whole model first, to confirm it fails and take the failure's signature; the minimal
-  model again at the end, as the issue asks), captures the fp32 reference up front, and writes the
-  bug-report bundle (repro.py run once as a self-check, two pictures, the zip), showing the final
-  re-check's run rather than running the target again. Where the search needs about Polygraphy's checks
-  (det fp16: 11 against 12) those two checks are the gap; on O3 it is the search's 6 checks more.
+- Wall time, one check at a time: a check costs both tools the same (the command dominates). Ours makes
+  two checks Polygraphy does not: the whole model first, to confirm it fails and take the failure's
+  signature (a --check command runs it while the fp32 reference is captured), and the minimal model again
+  at the end, as the issue asks. Where the search needs about Polygraphy's checks (det fp16: 11 against
+  12) the final check is the gap; on O3 it is the search's 6 checks more, for a 1-node model instead of 173.
+- `--jobs 2`: bisection probes two cut points a step, so its rounds of waiting fall from log2(n) to
+  log3(n), for a few more checks. Two checks at once cost about 1.1x one here, though there are only 2
+  cores: the command spends most of its time starting Python and reading a 250 MB JSON, on one core.
+  `--jobs` stays 1 by default for commands (one may hold a GPU). The result is the same model.
+- Built-in: fixed costs dominate silero (about 1 s in all). The warm worker imports its runtime while the
+  CLI imports its own, and writes the reference store without importing the graph tools; the bundle's
+  repro.py self-check starts as soon as its files are written; the process exits without the
+  interpreter's teardown (about 90 ms).
 - Smaller still: `--strategy localize,cone,prefix,singletons,suffix,weights,linear` on silero cuts the STFT
   Conv to 1 of its 258 output channels, its weight with it: minimal.onnx 1,410 B instead of 264,601 B, in
   14 checks instead of 4 (the channel halvings and fills are checks too, so `weights` is opt-in).
