@@ -89,9 +89,9 @@ def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_opt
         model, store = prepare(model_path, input_options, out_dir, progress,
                                getattr(oracle, "reference_worker", None), alongside)
     except BaseException:
+        oracle.close()  # first: it stops a check still running alongside, before it could write the cache
         if "reduction" in early:
             early["reduction"].cache.close()
-        oracle.close()
         raise
     reduction = early.get("reduction") or Reduction(model, store, oracle, out_dir, progress=progress, **settings)
     reduction.store = store

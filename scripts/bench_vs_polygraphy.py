@@ -117,7 +117,7 @@ def median_of(runs: list[dict]) -> dict:
     first["seconds"] = statistics.median(r["seconds"] for r in runs)
     first["nodes_all"] = sorted({r["nodes"] for r in runs})
     first["checks_all"] = sorted({r["checks"] for r in runs})
-    first["kept_all"] = sorted({json.dumps(r["kept"]) for r in runs})
+    first["kept_all"] = sorted({json.dumps(r.get("kept")) for r in runs})
     return first
 
 
