@@ -286,3 +286,16 @@ def test_a_failing_check_command_is_reduced(work):
     onnx.checker.check_model(minimal)
     assert len(minimal.graph.node) == 1
     assert _snapshot(work) == before
+
+
+def test_a_check_command_checks_the_whole_model_while_the_reference_runs(work, tmp_path_factory):
+    """A command needs no reference outputs, so its first check (the whole model) starts before the
+    reference run has written the activation store, and counts as the first check all the same."""
+    starts = tmp_path_factory.mktemp("starts") / "starts.txt"
+    record = f"import time; open({str(starts)!r}, 'a').write(repr(time.time()) + '\\n'); raise SystemExit(1)"
+    done = run_cli(work, "reduce", "models/good.onnx", "-o", "out", "--check", sys.executable, "-c", record)
+    assert done.returncode == errors.EXIT_REDUCED, done.stderr
+    report = json.loads((work / "out" / "report.json").read_text())
+    started = [float(line) for line in starts.read_text().split()]
+    assert report["checks"] == len(started) and report["original"]["failing"]
+    assert started[0] < (work / "out" / "activations" / "index.json").stat().st_mtime
