@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -92,6 +93,7 @@ def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_opt
         oracle.close()  # first: it stops a check still running alongside, before it could write the cache
         if "reduction" in early:
             early["reduction"].cache.close()
+        shutil.rmtree(out_dir / "work", ignore_errors=True)  # the inputs, the capture model, that check's folder
         raise
     reduction = early.get("reduction") or Reduction(model, store, oracle, out_dir, progress=progress, **settings)
     reduction.store = store
