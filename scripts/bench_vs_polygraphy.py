@@ -113,12 +113,13 @@ def reached(run: dict, nodes: int) -> str:
 
 
 def median_of(runs: list[dict]) -> dict:
-    first = dict(runs[0])
-    first["seconds"] = statistics.median(r["seconds"] for r in runs)
-    first["nodes_all"] = sorted({r["nodes"] for r in runs})
-    first["checks_all"] = sorted({r["checks"] for r in runs})
-    first["kept_all"] = sorted({json.dumps(r.get("kept")) for r in runs})
-    return first
+    """The median run by wall time (its history too, so that "first as small as" fits its seconds)."""
+    median = dict(sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2])
+    median["seconds"] = statistics.median(r["seconds"] for r in runs)
+    median["nodes_all"] = sorted({r["nodes"] for r in runs})
+    median["checks_all"] = sorted({r["checks"] for r in runs})
+    median["kept_all"] = sorted({json.dumps(r.get("kept")) for r in runs})
+    return median
 
 
 def main() -> int:
