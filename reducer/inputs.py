@@ -9,7 +9,6 @@ import onnx
 
 from reducer.errors import BadInputsError
 from reducer.model import Model
-from reducer.options import DEFAULT_INPUT_RANGE, parse_input_range, parse_input_shapes  # noqa: F401
 
 DEFAULT_DYNAMIC_DIM = 1
 

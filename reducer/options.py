@@ -61,7 +61,7 @@ class InputOptions:
     inputs: str | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     seed: int = 0
-    input_range: tuple[float, float] = (0.0, 1.0)
+    input_range: tuple[float, float] = DEFAULT_INPUT_RANGE
 
 
 def _regexes(patterns: list[str], flag: str) -> list[re.Pattern]:

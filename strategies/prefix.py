@@ -1,5 +1,5 @@
 """The back half of boundary bisection: the shortest failing prefix of the topological order, then
-its last node alone and its ancestor cone (see strategies/bisect.py)."""
+its last node alone, with its direct producers, and with its ancestor cone (see strategies/bisect.py)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,9 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 from reducer.activations import ActivationStore, capture_model
 from reducer.candidate import Candidate, materialize, save_model
 from reducer.errors import BadInputsError
-from reducer.inputs import load_inputs_file, parse_input_shapes, prepare_inputs
+from reducer.inputs import load_inputs_file, prepare_inputs
 from reducer.model import load_model
+from reducer.options import parse_input_shapes
 
 ROOT = Path(__file__).resolve().parent.parent
 
