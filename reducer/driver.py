@@ -9,6 +9,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -247,6 +248,18 @@ class Reduction:
                                                 tuple(built.reference_name(o) for o in signature.outputs))
         return verdict
 
+    @cached_property
+    def beyond_target(self) -> tuple[int, ...]:
+        """Nodes whose reference output holds a finite value the target's precision cannot hold."""
+        bound = self.oracle.max_abs_value
+        if bound is None:
+            return ()
+        def beyond(name: str) -> bool:  # floats only: int64 "to the end" indices are not values
+            record = self.store.records.get(name)
+            return bool(record and np.dtype(record.dtype).kind == "f" and record.finite and record.max_abs > bound)
+
+        return tuple(index for index, writes in enumerate(self.model.node_writes) if any(map(beyond, writes)))
+
     def unfaithful_inputs(self, candidate: Candidate) -> list[str]:
         if not self.faithful:
             return []
@@ -288,10 +301,7 @@ class Reduction:
                 progressed = False
                 for strategy in by_yield([s for s in others if id(s) not in dropped], self.counters.per_strategy):
                     before = len(self.best)
-                    budget = turn_budget(len(self.best))
-                    if hasattr(strategy, "turn_checks"):  # a strategy that explores a little at a time
-                        budget = min(budget, strategy.turn_checks(len(self.best)))
-                    finished = self._run_strategy(strategy, budget)
+                    finished = self._run_strategy(strategy, turn_budget(len(self.best)))
                     if len(self.best) < before:
                         progressed = True
                     elif finished:
@@ -309,7 +319,7 @@ class Reduction:
         started, nodes_before = time.perf_counter(), len(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
-                                self.fed_shapes, self.jobs)
+                                self.fed_shapes, self.jobs, self.beyond_target)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

@@ -24,7 +24,7 @@ BUILTIN_STRATEGIES = {
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
 }
-DEFAULT_ORDER = ("localize", "cone", "prefix", "singletons", "suffix", "ddmin", "regions", "linear")
+DEFAULT_ORDER = ("localize", "cone", "singletons", "prefix", "suffix", "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:

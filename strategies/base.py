@@ -39,6 +39,9 @@ class SearchContext:
     fed_shapes: Callable[[Candidate], dict[str, tuple[int, ...]]] = lambda candidate: {}
     # checks the driver runs at once (--jobs): a strategy may offer that many alternatives per step
     parallel: int = 1
+    # nodes whose reference output holds a finite value the target cannot (beyond fp16's 65504), in
+    # topological order: where an overflow starts. Empty where the target's range is not known.
+    beyond_target: tuple[int, ...] = ()
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer.get(name) for name in self.failing_outputs}
@@ -46,9 +49,8 @@ class SearchContext:
 
 
 class Strategy(Protocol):
-    """Optional: `turn_checks(nodes) -> int`, fewer checks per turn than the driver's budget, for a
-    strategy that explores a little at a time. Its next turn re-proposes what it already tried at no cost
-    (verdicts already used are not counted again) and goes on from there."""
+    """A turn cut short by the driver's budget resumes on the strategy's next turn: what it proposes
+    again costs nothing (verdicts already used are not counted again)."""
 
     name: str
 

@@ -1,7 +1,7 @@
 """Boundary bisection (Polygraphy's `--mode=bisect` idea), back first: binary-search the shortest
 failing prefix of the topological order (`prefix`), then how many nodes can be cut from the front
-(`suffix`). Few checks. The default order runs the two ends as separate strategies, with `singletons`
-between them: a lone failing node, when there is one, makes the front cut's checks needless."""
+(`suffix`). Few checks. The default order runs the two ends as separate strategies: the front cut's
+checks are often needless once the prefix's last node is tried alone."""
 
 from __future__ import annotations
 
@@ -16,15 +16,21 @@ from strategies.localize import grown, with_producers
 Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; returns the candidate it ends on
 
 
-def cut_end(current: Candidate, from_front: bool, ways: int = 1) -> Cut:
+def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[int, ...] = ()) -> Cut:
     """Search of how many nodes can go from one end of the topological order: binary with one check at
     a time; with `ways` checks at once (--jobs), each step probes `ways` cut points, most removed first,
-    splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks)."""
+    splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks).
+    `hints`: cut points to probe first, in order, while the search has not already settled them."""
     nodes = current.ordered()
     removable, too_many = 0, len(nodes)  # removing `removable` is known to fail; all is empty
+    hints = list(hints)
     while too_many - removable > 1:
         gap = too_many - removable
-        cuts = sorted({removable + gap * k // (ways + 1) for k in range(1, ways + 1)} - {removable}, reverse=True)
+        hints = [cut for cut in hints if removable < cut < too_many]
+        if hints:
+            cuts, hints = sorted(hints[:ways], reverse=True), hints[ways:]
+        else:
+            cuts = sorted({removable + gap * k // (ways + 1) for k in range(1, ways + 1)} - {removable}, reverse=True)
         probes = [current.keeping(nodes[cut:] if from_front else nodes[: len(nodes) - cut]) for cut in cuts]
         winner = yield probes
         if winner is None:
@@ -39,9 +45,14 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     """The shortest failing prefix ends where the failure first shows: its last node's output is a graph
     output there. That is the localisation an oracle which cannot name failing outputs (a --check
     command) can still give, for about log2(n) checks: the last node alone (grown upwards until what
-    feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next."""
+    feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next.
+    Where the reference holds a value the target cannot (an fp16 overflow), the prefix ending at the first
+    node that computes one is probed first, then that prefix without it: an overflow shows where it starts."""
     before = len(current)
-    current = yield from cut_end(current, from_front=False, ways=context.parallel)
+    nodes = current.ordered()
+    origin = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
+    hints = () if origin is None else (len(nodes) - origin - 1, len(nodes) - origin)
+    current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints)
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)

@@ -1,44 +1,47 @@
-"""One node alone, one per op type. A wrong kernel fails with its node alone, wherever the node sits,
-so a handful of checks can find a one-node repro that bisection or ddmin, which only ever remove nodes
-from where they first found the failure, cannot reach from a larger local minimum. Rare op types are
-tried first (an unusual kernel is likelier to be the wrong one); for each, a node of the current
-candidate if it has one (the latest in topological order: nearest the failure), else one from the rest
-of the model. Skipped once the candidate is already tiny: a few checks more are not worth one node less.
-A turn tries at most bit_length(nodes) op types, what a bisection of one end costs: where no lone node
-fails, the other strategies lose little; later turns go on with the next op types."""
+"""One node alone, one per op type, all in one check. A wrong kernel fails with its node alone, wherever
+the node sits, so a one-node repro may exist that bisection or ddmin, which only ever remove nodes from
+where they first found the failure, cannot reach from a larger local minimum. The lone nodes go in as
+one candidate: each fed from the reference, none reading another, every output compared (group testing).
+Where no node fails alone that costs one check, not one per op type; where the group fails it becomes
+the current candidate, and bisection finds its failing member in about log2(op types) checks more. For
+each op type: a node of the current candidate if it has one (the latest in topological order: nearest
+the failure), else one from the rest of the model, grown upwards until what feeds it is faithful, and
+apart from the nodes already in the group (no tensor passes between them). Skipped once the candidate is
+already tiny: a check more is not worth one node less."""
 
 from __future__ import annotations
 
 from reducer.candidate import Candidate
 from strategies.base import Proposals, SearchContext
+from strategies.localize import grown
 
 TINY = 3  # nodes: below this a repro is already as small as a vendor needs
 SKIPPED_OPS = frozenset({"Constant"})  # no inputs: alone it computes nothing to compare
+TRIES_PER_TYPE = 4  # nodes of one op type tried for a place apart from the others in the group
 
 
 class SingleNodes:
     name = "singletons"
 
-    @staticmethod
-    def turn_checks(nodes: int) -> int:
-        return max(1, nodes.bit_length())
-
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         if len(current) <= TINY:
             return
         nodes = context.model.nodes
+        whole = Candidate(frozenset(range(len(nodes))))
         inside = sorted(current.nodes, reverse=True)
         outside = [i for i in range(len(nodes) - 1, -1, -1) if i not in current.nodes]
-        chosen: dict[str, int] = {}
+        by_type: dict[str, list[int]] = {}  # inside the candidate first, latest first
         for index in inside + outside:
-            op = nodes[index].op_type
-            if op not in SKIPPED_OPS and op not in chosen:
-                chosen[op] = index
-        counts: dict[str, int] = {}
-        for node in nodes:
-            counts[node.op_type] = counts.get(node.op_type, 0) + 1
-        order = sorted(chosen, key=lambda op: counts[op])  # rare op types first (stable: nearest first on ties)
-        batch = [current.keeping({chosen[op]}) if chosen[op] in current.nodes else Candidate(frozenset({chosen[op]}))
-                 for op in order]
-        if batch:
-            yield batch
+            if nodes[index].op_type not in SKIPPED_OPS:
+                by_type.setdefault(nodes[index].op_type, []).append(index)
+        dag = context.model.dag
+        group: set[int] = set()
+        for op in sorted(by_type, key=lambda op: len(by_type[op])):  # rare op types first: they pick first
+            for index in by_type[op][:TRIES_PER_TYPE]:
+                alone = grown(frozenset({index}), context, current if index in current.nodes else whole)
+                touching = any(dag.has_edge(a, b) or dag.has_edge(b, a) for a in alone for b in group)
+                if group.isdisjoint(alone) and not touching and not context.unfaithful_inputs(current.keeping(alone)):
+                    group |= alone  # apart: each is fed from the reference and its output is compared
+                    break
+        if group and len(group) < len(current):
+            yield [current.keeping(group)]

@@ -46,19 +46,6 @@ def test_turns_respect_their_budget_and_the_closer_proves_minimality(tmp_path):
     assert report["nodes_after"] < report["nodes_before"]
 
 
-def test_a_strategy_may_ask_for_smaller_turns_and_resumes_later(tmp_path):
-    """singletons explores bit_length(nodes) op types a turn: cut short, not dropped; its next turn goes on
-    (what it tried before costs no budget again)."""
-    out = tmp_path / "out"
-    done = reduce_entry(SILERO, out, "--strategy", "singletons,linear")
-    assert done.returncode == 0, done.stderr
-    report = report_of(out)
-    turns = [t for t in report["turns"] if t["strategy"] == "singletons"]
-    assert turns[0]["budget"] == (121).bit_length() and turns[0]["spent"] == 7 and not turns[0]["finished"]
-    assert len(turns) > 1 and turns[1]["spent"] > 0  # asked again, and it checked op types not tried before
-    assert all(t["spent"] <= t["budget"] for t in turns)
-
-
 def test_a_round_runs_new_strategies_first_then_the_best_yield():
     linear, bisect, ddmin, cone = make_strategies(["linear", "bisect", "ddmin", "cone"])
     stats = {"linear": StrategyStats(spent=40, nodes_removed=20, turns=1),  # 0.5 per check

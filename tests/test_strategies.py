@@ -132,8 +132,8 @@ def test_bisect_cuts_both_ends_in_logarithmic_checks(tmp_path):
 
 
 def test_prefix_then_suffix_is_bisect_in_the_same_checks(tmp_path):
-    """The default order runs bisection's two ends as two strategies (singletons between them); run back to
-    back they reach what `bisect` reaches, check for check."""
+    """The default order runs bisection's two ends as two strategies; run back to back they reach what
+    `bisect` reaches, check for check."""
     model = diamond_chain_model(tmp_path, blocks=16)
     context = SearchContext(model, ())
     prefix, suffix, bisect = make_strategies(["prefix", "suffix", "bisect"])
@@ -168,6 +168,45 @@ def test_bisect_with_parallel_checks_reaches_the_same_model_in_fewer_steps(tmp_p
             results[parallel] = (current.nodes, steps)
     assert results[1][0] == results[2][0] == results[3][0]
     assert results[3][1] <= results[2][1] < results[1][1]
+
+@pytest.mark.parametrize("needed", [{20, 30}, {0}, {63}, {5, 6, 7}])
+def test_prefix_probes_where_an_overflow_starts_first(tmp_path, needed):
+    """The first node whose reference output the target cannot hold: where the failure shows, the
+    shortest failing prefix is found in two probes; a wrong hint costs at most those two probes more."""
+    model = diamond_chain_model(tmp_path, blocks=16)
+    start = Candidate(frozenset(range(64)))
+    fails = lambda c: needed <= c.nodes  # noqa: E731
+    (prefix,) = make_strategies(["prefix"])
+    plain, plain_calls = drive(prefix, start, fails, SearchContext(model, ()))
+    ends = max(needed)
+    hinted, hinted_calls = drive(prefix, start, fails, SearchContext(model, (), beyond_target=(ends, 40)))
+    assert hinted == plain
+    assert hinted_calls <= 2 + 3  # the hint and the prefix without it, then the follow-ups (alone, producers, cone)
+    assert hinted_calls < plain_calls
+    for wrong in (10, 50):  # too early (the prefix up to it passes), too late (it fails without the hint)
+        final, calls = drive(prefix, start, fails, SearchContext(model, (), beyond_target=(wrong,)))
+        assert final == plain and calls <= plain_calls + 2
+
+
+def test_singletons_tries_one_node_per_op_type_in_one_candidate(tmp_path):
+    """Group testing: one node of each op type, none reading another, in one candidate. One check when no
+    node fails alone; when one does, the group is the new candidate and bisection finds the member."""
+    model = diamond_chain_model(tmp_path, blocks=16)  # Relu, Neg, Abs, Add: 16 of each
+    start = Candidate(frozenset(range(64)))
+    context = SearchContext(model, ())
+    (singletons,) = make_strategies(["singletons"])
+    final, calls = drive(singletons, start, lambda c: False, context)
+    assert (final, calls) == (start, 1)
+    (group,) = next(singletons.search(start, context))
+    assert sorted(model.nodes[n].op_type for n in group.nodes) == ["Abs", "Add", "Neg", "Relu"]
+    assert model.dag.subgraph(group.nodes).number_of_edges() == 0  # apart: each is fed from the reference
+    culprit = next(n for n in group.nodes if model.nodes[n].op_type == "Neg")  # a wrong kernel for that node
+    final, calls = drive(singletons, start, lambda c: culprit in c.nodes, context)
+    assert (final, calls) == (group, 1)
+    (prefix,) = make_strategies(["prefix"])
+    final, calls = drive(prefix, group, lambda c: culprit in c.nodes, context)
+    assert final.nodes == {culprit} and calls <= 3
+
 
 def test_cone_keeps_only_ancestors_of_the_failing_output(tmp_path):
     model = diamond_chain_model(tmp_path, blocks=3)
