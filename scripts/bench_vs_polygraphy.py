@@ -244,19 +244,20 @@ Reading these figures:
   an empty graph that passes int16-scale audio straight through fp16, which "fails" only because fp16
   cannot hold the input, the unfaithful repro the faithfulness rule exists to refuse; it is left out of
   the "smallest" column.
-- The same-command search has no layerwise probe (a command cannot name failing outputs). `prefix`
-  (bisection's back half) finds the shortest failing prefix, which ends where the failure first shows;
-  its last node, alone (grown until faithful) and with its ancestor cone, is tried next. On silero, det
-  fp16 and rec that is the whole search: 1, 1 and 3 nodes in about Polygraphy's checks.
-- ppocrv4_det_fp32_O3: accumulation-order differences, so many places fail marginally. The shortest
-  failing prefix's cone keeps 240 nodes; `singletons` (one node per op type, rare types first, from the
-  whole model) then finds a lone GlobalAveragePool that fails the same way, before `suffix` (bisection's
-  front half) would have spent its checks on the 240.
-- Wall time, one check at a time: a check costs both tools the same (the command dominates). Ours makes
-  two checks Polygraphy does not: the whole model first, to confirm it fails and take the failure's
-  signature (a --check command runs it while the fp32 reference is captured), and the minimal model again
-  at the end, as the issue asks. Where the search needs about Polygraphy's checks (det fp16: 11 against
-  12) the final check is the gap; on O3 it is the search's 6 checks more, for a 1-node model instead of 173.
+- The same-command search has no layerwise probe (a command cannot name failing outputs). Two things
+  stand in for it. `singletons` puts one node of each op type into one candidate, each fed from the
+  reference and none reading another: one check says whether any node fails alone (silero, rec and O3:
+  yes; det fp16: no, its culprit is a Constant). `prefix` then bisects the shortest failing prefix,
+  which ends where the failure first shows, and tries its last node alone; where the reference holds a
+  value fp16 cannot (det fp16: the BatchNormalization variances, 9.8e7), it probes the prefix ending
+  there first, then that prefix without it, so 2 probes find it instead of about 10.
+- ppocrv4_det_fp32_O3: accumulation-order differences, so many places fail marginally; bisection alone
+  settles on larger repros (Polygraphy's 173 nodes). The group of lone nodes fails, and bisecting its 11
+  members finds a lone GlobalAveragePool that fails the same way.
+- Wall time, one check at a time: a check costs both tools the same (the command dominates), so the
+  wall time follows the checks. Ours makes two checks Polygraphy does not (the whole model first, to
+  confirm it fails and take the failure's signature, run while the fp32 reference is captured; and the
+  minimal model again at the end, as the issue asks) and still needs fewer in all.
 - `--jobs 2`: bisection probes two cut points a step, so its rounds of waiting fall from log2(n) to
   log3(n), for a few more checks. Two checks at once cost about 1.1x one here, though there are only 2
   cores: the command spends most of its time starting Python and reading a 250 MB JSON, on one core.
@@ -265,12 +266,12 @@ Reading these figures:
   CLI imports its own, and writes the reference store without importing the graph tools; the bundle's
   repro.py self-check starts as soon as its files are written; the process exits without the
   interpreter's teardown (about 90 ms).
-- Smaller still: `--strategy localize,cone,prefix,singletons,suffix,weights,linear` on silero cuts the STFT
+- Smaller still: `--strategy localize,cone,singletons,prefix,suffix,weights,linear` on silero cuts the STFT
   Conv to 1 of its 258 output channels, its weight with it: minimal.onnx 1,410 B instead of 264,601 B, in
   14 checks instead of 4 (the channel halvings and fills are checks too, so `weights` is opt-in).
 - ProbDD (`probdd,linear`) against plain ddmin: fewer checks on det fp16 (and a smaller model: ddmin
   stops at a 6-node local minimum there) and on O3, about the same on rec, more on silero. It is kept
-  as a strategy, not in the default order: after `prefix` and `singletons` there is little left for
+  as a strategy, not in the default order: after `singletons` and `prefix` there is little left for
   either to do.
 """
 
