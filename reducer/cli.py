@@ -73,7 +73,8 @@ oracle_options = _compose(
                  help="Failing runs, of --repeat N, that make a candidate failing."),
     click.option("--faithful-max", "faithful_max", type=float, default=None,
                  help="Largest magnitude the target holds, for the faithfulness rule. Default: the runner's "
-                 "(65504 for fp16); none for --check commands (say 65504 when the command runs fp16)."),
+                 "(65504 for fp16); none for --check commands (say 65504 when the command runs fp16: the search "
+                 "then also looks first where the reference exceeds it)."),
 )
 
 output_option = click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path),

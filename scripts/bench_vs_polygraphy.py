@@ -262,7 +262,7 @@ Reading these figures:
   log3(n), for a few more checks. Two checks at once cost about 1.1x one here, though there are only 2
   cores: the command spends most of its time starting Python and reading a 250 MB JSON, on one core.
   `--jobs` stays 1 by default for commands (one may hold a GPU). The result is the same model.
-- Built-in: fixed costs dominate silero (about 1 s in all). The warm worker imports its runtime while the
+- Built-in: fixed costs dominate silero (1 to 1.5 s in all). The warm worker imports its runtime while the
   CLI imports its own, and writes the reference store without importing the graph tools; the bundle's
   repro.py self-check starts as soon as its files are written; the process exits without the
   interpreter's teardown (about 90 ms).
