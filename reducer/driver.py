@@ -254,6 +254,7 @@ class Reduction:
         bound = self.oracle.max_abs_value
         if bound is None:
             return ()
+
         def beyond(name: str) -> bool:  # floats only: int64 "to the end" indices are not values
             record = self.store.records.get(name)
             return bool(record and np.dtype(record.dtype).kind == "f" and record.finite and record.max_abs > bound)
