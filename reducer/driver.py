@@ -267,6 +267,12 @@ class Reduction:
         built = materialize(self.model, candidate, self.store)
         return list(unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value))
 
+    def checkable(self, candidate: Candidate) -> bool:
+        built = materialize(self.model, candidate, self.store)
+        if built.unrunnable:
+            return False
+        return not (self.faithful and unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value))
+
     def fed_shapes(self, candidate: Candidate) -> dict[str, tuple[int, ...]]:
         """The shapes of the tensors a candidate is fed, after its ShrinkAxis edits."""
         built = materialize(self.model, candidate, self.store)
@@ -320,7 +326,7 @@ class Reduction:
         started, nodes_before = time.perf_counter(), len(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
-                                self.fed_shapes, self.jobs, self.beyond_target)
+                                self.fed_shapes, self.jobs, self.beyond_target, self.checkable)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

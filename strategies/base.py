@@ -42,6 +42,8 @@ class SearchContext:
     # nodes whose reference output holds a finite value the target cannot (beyond fp16's 65504), in
     # topological order: where an overflow starts. Empty where the target's range is not known.
     beyond_target: tuple[int, ...] = ()
+    # whether the driver would check a candidate at all (it can be built, and it is faithful)
+    checkable: Callable[[Candidate], bool] = lambda candidate: True
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer.get(name) for name in self.failing_outputs}

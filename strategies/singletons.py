@@ -6,8 +6,9 @@ Where no node fails alone that costs one check, not one per op type; where the g
 the current candidate, and bisection finds its failing member in about log2(op types) checks more. For
 each op type: a node of the current candidate if it has one (the latest in topological order: nearest
 the failure), else one from the rest of the model, grown upwards until what feeds it is faithful, and
-apart from the nodes already in the group (no tensor passes between them). Skipped once the candidate is
-already tiny: a check more is not worth one node less."""
+apart from the nodes already in the group (no tensor passes between them); one the driver would not
+check alone (unfaithful, or fed a value never captured) stays out, lest it keep the whole group from a
+check. Skipped once the candidate is already tiny: a check more is not worth one node less."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class SingleNodes:
             for index in by_type[op][:TRIES_PER_TYPE]:
                 alone = grown(frozenset({index}), context, current if index in current.nodes else whole)
                 touching = any(dag.has_edge(a, b) or dag.has_edge(b, a) for a in alone for b in group)
-                if group.isdisjoint(alone) and not touching and not context.unfaithful_inputs(current.keeping(alone)):
+                if group.isdisjoint(alone) and not touching and context.checkable(current.keeping(alone)):
                     group |= alone  # apart: each is fed from the reference and its output is compared
                     break
         if group and len(group) < len(current):

@@ -206,6 +206,10 @@ def test_singletons_tries_one_node_per_op_type_in_one_candidate(tmp_path):
     (prefix,) = make_strategies(["prefix"])
     final, calls = drive(prefix, group, lambda c: culprit in c.nodes, context)
     assert final.nodes == {culprit} and calls <= 3
+    # a node the driver would not check alone (here: that Neg) stays out, and another Neg takes its place
+    context.checkable = lambda c: culprit not in c.nodes
+    (without,) = next(singletons.search(start, context))
+    assert culprit not in without.nodes and len(without) == 4
 
 
 def test_cone_keeps_only_ancestors_of_the_failing_output(tmp_path):
