@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,20 +43,11 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, str, int]:
 
 
 def layerwise_inputs(entry: dict, work: Path) -> Path:
-    """Every tensor of the reference run, as Polygraphy's `data to-input` would write it."""
-    from polygraphy.json import save_json
+    """Every tensor of the reference run, as Polygraphy's `data to-input` would write it (and the model's
+    own inputs beside it, for Polygraphy's fallback inference)."""
+    from gpu_proof import layerwise_inputs as capture
 
-    from reducer.driver import Progress
-    from reducer.options import InputOptions
-    from reducer.session import prepare
-
-    options = InputOptions(inputs=str(CORPUS / entry["inputs"]))
-    _, store = prepare(str(CORPUS / entry["model"]), options, work / "ref", Progress())
-    path = work / "layerwise_inputs.json"
-    save_json([{name: np.asarray(store.load(name)) for name in store.records}], str(path))
-    with np.load(CORPUS / entry["inputs"]) as given:  # Polygraphy's own fallback inference needs these
-        save_json([{name: given[name] for name in given.files}], str(work / "model_inputs.json"))
-    return path
+    return capture({"model": CORPUS / entry["model"], "inputs": CORPUS / entry["inputs"]}, work)[0]
 
 
 def check_command(entry: dict, inputs_json: Path) -> list[str]:

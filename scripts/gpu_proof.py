@@ -11,6 +11,10 @@ Stages (run them in one go, or one per command where a machine allows only so lo
 
     python scripts/gpu_proof.py --out results/ --stage explore --stage overhead
     python scripts/gpu_proof.py --out results/ --stage reduce --deadline 540
+    python scripts/gpu_proof.py --out results/ --stage reduce --cases corpus/gpu_cases.json --max-cases 2
+
+`--cases` names the failures to reduce (corpus/gpu_cases.json: runner, check, regex) instead of the
+explore stage's findings, so a machine that has been explored before needs no exploring again.
 
 Models: the failing corpus entries, plus `--extra NAME=MODEL.onnx,INPUTS.npz` for more. Everything
 lands in --out: doctor.json, explore.json, overhead.json, reduce.json and proof.md (a table per stage).
@@ -144,6 +148,23 @@ def reduce_cases(explored: list[dict], entries: dict) -> list[dict]:
             if queue:
                 interleaved.append(queue.pop(0))
     return interleaved
+
+
+def known_cases(path: Path) -> list[dict]:
+    """The cases of a gpu_cases.json, as reduce_one takes them (those whose model is here)."""
+    import onnx
+
+    cases = []
+    for known in json.loads(path.read_text()):
+        model = ROOT / "corpus" / known["model"]
+        if not model.exists():
+            continue
+        entry = {"name": known["name"], "model": model, "inputs": ROOT / "corpus" / known["inputs"],
+                 "atol": known.get("atol"), "rtol": known.get("rtol")}
+        cases.append({"model": known["name"], "runner": known["runner"], "fail_on": known["fail_on"],
+                      "regex": known.get("fail_regex"), "entry": entry,
+                      "nodes": len(onnx.load(str(model), load_external_data=False).graph.node)})
+    return cases
 
 
 def layerwise_inputs(entry: dict, work: Path) -> tuple[Path, Path]:
@@ -333,6 +354,8 @@ def main() -> int:
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=MODEL,INPUTS")
     parser.add_argument("--deadline", type=float, default=560, help="seconds; later steps are skipped")
     parser.add_argument("--max-cases", type=int, default=4)
+    parser.add_argument("--cases", default=None, metavar="GPU_CASES_JSON",
+                        help="reduce these known failures instead of the explore stage's")
     parser.add_argument("--first-case", type=int, default=0, help="skip the cases before this one")
     parser.add_argument("--explore", action="append", default=[], metavar="RUNNER/FAIL_ON[/TOL]",
                         help="explore these instead of the GPU set (e.g. onnxruntime:cpu:fp16-storage/nan)")
@@ -352,11 +375,14 @@ def main() -> int:
         rows = overhead(out, ["onnxruntime:cpu:fp16", "onnxruntime:cuda:fp16", "tensorrt:fp32"])
         (out / "overhead.json").write_text(json.dumps(rows, indent=1))
     if "reduce" in args.stage:
-        explored = json.loads((out / "explore.json").read_text())
-        by_name = {e["name"]: e for e in entries}
+        if args.cases:
+            cases = known_cases(Path(args.cases))
+        else:
+            explored = json.loads((out / "explore.json").read_text())
+            cases = reduce_cases(explored, {e["name"]: e for e in entries})
         done = out / "reduce.json"
         results = json.loads(done.read_text()) if done.exists() else []  # a later batch adds to the first
-        cases = [c for c in reduce_cases(explored, by_name) if args.only_model in (None, c["model"])]
+        cases = [c for c in cases if args.only_model in (None, c["model"])]
         for case in cases[args.first_case : args.first_case + args.max_cases]:
             left = deadline - time.perf_counter()
             if left < 60:
