@@ -191,15 +191,14 @@ class Reduction:
         if built.unrunnable:
             self.counters.unrunnable += 1
             return None
-        if self.faithful:
-            reasons = unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value)
-            if reasons:
-                self.counters.unfaithful += 1
-                tensor, reason = next(iter(reasons.items()))
-                if tensor not in self._reported_unfaithful:  # once per tensor; the count is in the report
-                    self._reported_unfaithful.add(tensor)
-                    self.progress.message(f"rejected without a check: {reason} (the target cannot hold it)")
-                return None
+        reasons = self._unfaithful(built)
+        if reasons:
+            self.counters.unfaithful += 1
+            tensor, reason = next(iter(reasons.items()))
+            if tensor not in self._reported_unfaithful:  # once per tensor; the count is in the report
+                self._reported_unfaithful.add(tensor)
+                self.progress.message(f"rejected without a check: {reason} (the target cannot hold it)")
+            return None
         self.counters.checks += 1
         stats.checks += 1
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
@@ -261,17 +260,19 @@ class Reduction:
 
         return tuple(index for index, writes in enumerate(self.model.node_writes) if any(map(beyond, writes)))
 
-    def unfaithful_inputs(self, candidate: Candidate) -> list[str]:
+    def _unfaithful(self, built: Materialized) -> dict[str, str]:
+        """The faithfulness rule on a built candidate (nothing while --no-faithful turns it off)."""
         if not self.faithful:
-            return []
-        built = materialize(self.model, candidate, self.store)
-        return list(unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value))
+            return {}
+        return unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value)
+
+    def unfaithful_inputs(self, candidate: Candidate) -> list[str]:
+        return list(self._unfaithful(materialize(self.model, candidate, self.store)))
 
     def checkable(self, candidate: Candidate) -> bool:
+        """Whether `_prepare` would run a check on it: it can be built, and it is faithful."""
         built = materialize(self.model, candidate, self.store)
-        if built.unrunnable:
-            return False
-        return not (self.faithful and unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value))
+        return not built.unrunnable and not self._unfaithful(built)
 
     def fed_shapes(self, candidate: Candidate) -> dict[str, tuple[int, ...]]:
         """The shapes of the tensors a candidate is fed, after its ShrinkAxis edits."""
