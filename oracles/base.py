@@ -70,6 +70,8 @@ class Verdict:
     reason: str = ""
     log: str = ""  # not cached: only kept for the current best
     runs: tuple[int, int] | None = None  # (failing, made) when the oracle repeats runs (--repeat)
+    elements: int | None = None  # output elements that fail (NaN/Inf, out of tolerance); None: not counted
+
 
     @property
     def flaky(self) -> bool:
@@ -84,13 +86,15 @@ class Verdict:
         }
         if self.runs is not None:
             data["runs"] = list(self.runs)
+        if self.elements is not None:
+            data["elements"] = self.elements
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> Verdict:
         signature = Signature.from_json(data["signature"]) if data.get("signature") else None
         runs = tuple(data["runs"]) if data.get("runs") else None
-        return cls(data["failing"], signature, data.get("reason", ""), runs=runs)
+        return cls(data["failing"], signature, data.get("reason", ""), runs=runs, elements=data.get("elements"))
 
 
 class Runner(Protocol):
@@ -138,6 +142,7 @@ class Oracle(Protocol):
     fingerprint: str  # changes whenever a verdict could change
     max_abs_value: float | None
     names_failing_outputs: bool  # whether its verdicts say which outputs fail (a command's do not)
+    computes_exactly: bool  # whether it can run a model with marked nodes kept in fp32 (EXACT_OUTPUTS_KEY)
 
     def judge(self, job: CheckJob) -> Verdict: ...
 

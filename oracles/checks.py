@@ -37,7 +37,7 @@ class NanCheck:
     def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict:
         if result.status != "ok":
             return runner_failure(result)
-        failing, notes = [], []
+        failing, notes, elements = [], [], 0
         for name, value in result.outputs.items():
             ref = reference.get(name)
             value = np.asarray(value)
@@ -47,12 +47,14 @@ class NanCheck:
             if ref.shape == value.shape:
                 bad &= np.isfinite(ref)
             count = int(bad.sum())
+            elements += count
             if count:
                 failing.append(name)
                 notes.append(f"{name}: {count} of {value.size} non-finite ({int(np.isnan(value).sum())} NaN)")
         if failing:
-            return Verdict(True, Signature("nan", "", tuple(failing)), "; ".join(notes[:3]), result.log)
-        return Verdict(False, None, "all outputs finite where the reference is", result.log)
+            return Verdict(True, Signature("nan", "", tuple(failing)), "; ".join(notes[:3]), result.log,
+                           elements=elements)
+        return Verdict(False, None, "all outputs finite where the reference is", result.log, elements=0)
 
 
 class ToleranceCheck:
@@ -78,7 +80,7 @@ class ToleranceCheck:
     def judge(self, result: RunResult, reference: dict[str, np.ndarray]) -> Verdict:
         if result.status != "ok":
             return runner_failure(result)
-        failing, notes = [], []
+        failing, notes, elements = [], [], 0
         for name, value in result.outputs.items():
             ref = reference.get(name)
             if ref is None:
@@ -86,19 +88,23 @@ class ToleranceCheck:
             value = np.asarray(value)
             if value.shape != ref.shape:
                 failing.append(name)
+                elements += ref.size
                 notes.append(f"{name}: shape {list(value.shape)}, reference {list(ref.shape)}")
                 continue
             if value.dtype.kind not in "fciu" or value.size == 0:
                 continue
             bad, diff = self.mismatches(value, ref)
             if bad.any():
+                elements += int(bad.sum())
                 failing.append(name)
                 finite = np.isfinite(diff)
                 worst = float(diff[finite].max()) if finite.any() else float("nan")
                 notes.append(f"{name}: {int(bad.sum())} of {value.size} mismatched, max abs diff {worst:.4g}")
         if failing:
-            return Verdict(True, Signature("tolerance", "", tuple(failing)), "; ".join(notes[:3]), result.log)
-        return Verdict(False, None, f"all outputs within atol={self.atol:g} or rtol={self.rtol:g}", result.log)
+            return Verdict(True, Signature("tolerance", "", tuple(failing)), "; ".join(notes[:3]), result.log,
+                           elements=elements)
+        return Verdict(False, None, f"all outputs within atol={self.atol:g} or rtol={self.rtol:g}", result.log,
+                       elements=0)
 
 
 class ErrorCheck:

@@ -42,6 +42,7 @@ class CommandOracle:
         self.argv = [_absolute_if_exists(arg) for arg in argv]
         self.max_abs_value: float | None = None  # a command's precision is unknown: --faithful-max tells
         self.names_failing_outputs = False
+        self.computes_exactly = False  # a command cannot be asked to keep nodes in fp32: fed from the reference
         if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
             raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout

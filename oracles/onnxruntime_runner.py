@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # imported where used: validating a spec needs neither
     import onnx
 
 FP16_MAX = 65504.0
+# Model metadata naming tensors whose producers are computed in fp32 while the rest runs at the target's
+# precision: the counterfactual that asks whether those nodes carry a failure (reducer/counterfactual.py).
+EXACT_OUTPUTS_KEY = "onnx_reducer.exact_outputs"
 LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_EXTENDED", "O3": "ORT_ENABLE_ALL"}
 PRECISIONS = {"cpu": ("fp32", "fp16", "fp16-storage"), "cuda": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16")}
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
@@ -77,6 +80,7 @@ class OnnxRuntimeRunner:
         # the model is rewritten before it runs, except for TensorRT's EP, which takes fp32 and its fp16 flag
         self.converts = precision == "fp16-storage" or (precision == "fp16" and device != "tensorrt")
         self.max_abs_value = FP16_MAX if precision.startswith("fp16") else None
+        self.computes_exactly = self.converts  # it can keep marked nodes in fp32 (EXACT_OUTPUTS_KEY)
 
     def describe(self) -> dict:
         info = {"runner": self.spec, "onnxruntime": ort_version()}
@@ -183,18 +187,42 @@ class OnnxRuntimeRunner:
         return session
 
 
+def exact_outputs(model: onnx.ModelProto) -> set[str]:
+    """The tensors whose producers are to be computed in fp32 (EXACT_OUTPUTS_KEY), or none."""
+    import json
+
+    for prop in model.metadata_props:
+        if prop.key == EXACT_OUTPUTS_KEY:
+            return set(json.loads(prop.value))
+    return set()
+
+
+def _exact_nodes(graph: onnx.GraphProto, exact: set[str]) -> list[str]:
+    """The names of the nodes writing `exact` tensors, naming those that had none."""
+    names = []
+    for index, node in enumerate(graph.node):
+        if exact.intersection(node.output):
+            if not node.name:
+                node.name = f"{graph.name}_exact_{index}"
+            names.append(node.name)
+    return names
+
+
 def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnxconverter-common with keep_io_types. Its casts of the outputs back to fp32 find each output's
-    producer by scanning every node, which is quadratic in a layerwise probe's hundreds of outputs (1 s of
-    a 1.5 s conversion on a 672-node model): the outputs are taken off for the conversion and given the
-    same casts here, with one lookup each."""
+    """onnxconverter-common with keep_io_types; nodes marked exact (EXACT_OUTPUTS_KEY) stay fp32. Its casts
+    of the outputs back to fp32 find each output's producer by scanning every node, which is quadratic in a
+    layerwise probe's hundreds of outputs (1 s of a 1.5 s conversion on a 672-node model): the outputs are
+    taken off for the conversion and given the same casts here, with one lookup each."""
     import onnx
     from onnxconverter_common import float16
 
     bare = onnx.ModelProto()
     bare.CopyFrom(model)
     del bare.graph.output[:]
-    converted = float16.convert_float_to_float16(bare, keep_io_types=True, node_block_list=_casts_to_float(bare.graph))
+    exact = _exact_nodes(bare.graph, exact_outputs(model))
+    converted = float16.convert_float_to_float16(bare, keep_io_types=True,
+                                                 node_block_list=_casts_to_float(bare.graph) + exact)
+    _skip_round_trips(converted.graph, set(exact))
     producers = {name: node for node in converted.graph.node for name in node.output}
     for info in model.graph.output:
         node = producers.get(info.name)
@@ -205,6 +233,25 @@ def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
                                                               to=onnx.TensorProto.FLOAT))
         converted.graph.output.append(info)
     return converted
+
+
+def _skip_round_trips(graph: onnx.GraphProto, exact: set[str]) -> None:
+    """The converter hands an fp32 node's output to fp32 readers through fp16 and back whenever some reader is
+    fp16: an exact node's 1.9e5 would reach its exact readers as Inf. They read the fp32 value itself."""
+    import onnx
+
+    def cast_to(node: onnx.NodeProto) -> int | None:
+        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+
+    exact_writes = {name for node in graph.node if node.name in exact for name in node.output}
+    narrowed = {node.output[0]: node.input[0] for node in graph.node
+                if cast_to(node) == onnx.TensorProto.FLOAT16 and node.input[0] in exact_writes}
+    widened = {node.output[0]: narrowed[node.input[0]] for node in graph.node
+               if cast_to(node) == onnx.TensorProto.FLOAT and node.input[0] in narrowed}
+    for node in graph.node:
+        for position, name in enumerate(node.input):
+            if name in widened:
+                node.input[position] = widened[name]
 
 
 def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
@@ -227,7 +274,8 @@ def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
 
 
 def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Round every top-level float32 tensor (graph inputs and node outputs) through fp16."""
+    """Round every top-level float32 tensor (graph inputs and node outputs) through fp16, except the outputs
+    of nodes marked exact (EXACT_OUTPUTS_KEY)."""
     import onnx
 
     typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
@@ -235,7 +283,7 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
         info.name
         for info in [*typed.graph.value_info, *typed.graph.input, *typed.graph.output]
         if info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
-    }
+    } - exact_outputs(model)
     graph = model.graph
     nodes = []
 

@@ -88,6 +88,8 @@ class TensorRTRunner:
         self.spec = f"tensorrt:{precision}"
         self.max_abs_value = FP16_MAX if precision in ("fp16", "best") else None
         self.flavour = installed_flavour()
+        # TensorRT-RTX's fp16 is the converted model, which can keep marked nodes in fp32 (EXACT_OUTPUTS_KEY)
+        self.computes_exactly = self.flavour == "tensorrt_rtx" and precision == "fp16"
         self.keep_timing_cache = os.environ.get("ONNX_REDUCE_TRT_TIMING_CACHE", "1") != "0"
         self._timing_cache = b""
         self._trt = None

@@ -101,6 +101,39 @@ def _path_text(origin: dict | None) -> list[str]:
     return lines
 
 
+def _cause_lines(cause: dict | None, one_minimal: bool | None) -> list[str]:
+    """The proof of cause in words (reducer/counterfactual.py): the first thing a vendor should trust."""
+    lines = [""]
+    if cause is None:
+        lines.append("**Cause**: not checked (a build or runtime error is its own proof, or --no-cause-check).")
+    elif cause.get("method") == "onset":
+        lines.append("**Onset of the NaN/Inf**: these nodes turn values the target holds into ones it cannot "
+                     "(or into NaN); every input they are fed is within the target's range.")
+    elif not cause.get("checked"):
+        lines.append("**Cause: not shown.** The search stopped before the proof ran; treat this repro with care.")
+    elif cause.get("holds"):
+        how = ("kept in fp32" if cause["method"] == "fp32" else "fed from the reference run")
+        before, after = cause.get("failing_elements_before"), cause.get("failing_elements_after")
+        counted = f" ({after} of the {before} failing elements left)" if before is not None else ""
+        lines.append(f"**Shown to be the cause**: the whole original model, with these nodes {how} and nothing "
+                     f"else changed, {'stops failing' if not cause.get('still_failing') else 'fails far less'}"
+                     f"{counted}.")
+    else:
+        lines.append(f"**Not shown to be the cause**: {cause.get('in_words', '')}. Treat this repro with care.")
+    if cause and cause.get("bystanders"):
+        first = cause["bystanders"][0]
+        lines.append(f"{len(cause['bystanders'])} smaller candidate(s) failed alone but did not carry the failure "
+                     f"(bystanders), e.g. {', '.join(first['nodes'][:3])}: {first['in_words']}.")
+    if cause and cause.get("spread"):
+        lines.append("No smaller subgraph carries the failure: **the error is spread across these nodes**.")
+    for note in (cause or {}).get("range", []):
+        lines.append(f"Values leave the target's range: {note}.")
+    if one_minimal is not None:
+        lines.append("1-minimal: " + ("yes, no single node can be removed." if one_minimal else
+                                      "not proven (the search was stopped, or its last strategy does not prove it)."))
+    return lines
+
+
 def render_markdown(report: dict, env: dict) -> str:
     options = report.get("oracle_options") or {}
     observed = report.get("observed") or {}
@@ -112,6 +145,7 @@ def render_markdown(report: dict, env: dict) -> str:
     count = report.get("nodes_after", "?")
     lines.append(f"**{count} node{'' if count == 1 else 's'}** (from {report.get('nodes_before', '?')}), status "
                  f"**{status}**: {STATUS_LINES.get(status, '')}")
+    lines += _cause_lines(report.get("cause"), report.get("one_minimal"))
     if report.get("size_warning"):
         lines += ["", f"**Size**: {report['size_warning']}."]
     lines += ["", "**Reproduce** (non-zero exit = reproduced):", "",

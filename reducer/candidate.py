@@ -196,8 +196,10 @@ class Materialized:
         return self.observed.get(output, output)
 
 
-def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False) -> Materialized:
-    """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run."""
+def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False,
+                model_outputs_only: bool = False) -> Materialized:
+    """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run.
+    `model_outputs_only`: the original model's outputs alone, not what the cut leaves unread."""
     kept = candidate.ordered()
     produced = {name for i in kept for name in model.node_writes[i]}
     read_by_kept: list[str] = []
@@ -262,7 +264,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
 
     consumed = set(read_by_kept)
     outputs = [name for name in model.graph_outputs if name in produced]
-    for i in kept:
+    for i in [] if model_outputs_only else kept:
         outputs.extend(name for name in model.node_writes[i] if name not in consumed and name not in outputs)
     observed: dict[str, str] = {}
     if mark_all:  # every other tensor shown through an Identity: converters mishandle outputs read inside

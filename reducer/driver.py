@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from oracles.base import CheckJob, Oracle, Verdict
+from reducer import counterfactual
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
 from reducer.candidate import Candidate, Materialized, materialize, save_model, shrunk_shape
+from reducer.counterfactual import CounterfactualRun, Proof
 from reducer.model import Model
-from strategies.base import Probe, SearchContext
+from strategies.base import Exact, Probe, SearchContext
 
 MINIMAL = "minimal.onnx"
 
@@ -132,6 +134,7 @@ class Reduction:
         jobs: int = 1,
         started: float | None = None,  # when the job began: history's seconds count from there
         limits: Limits | None = None,
+        cause_check: bool = True,  # numeric failures: the result must carry the whole model's failure
     ):
         self.model = model
         self.store = store
@@ -156,6 +159,20 @@ class Reduction:
         self.best: Candidate = Candidate(frozenset(range(len(model))))
         self.best_verdict: Verdict | None = None
         self._strategy = "initial"
+        self.cause_check = cause_check
+        # fp32 where the runner can keep nodes in fp32, else their outputs fed from the reference
+        self.cause_method = "fp32" if getattr(oracle, "computes_exactly", False) else "reference"
+        self.chain: list[tuple[Candidate, Verdict]] = []  # accepted candidates, each within the one before
+        self.strict = False  # once a bystander was met, every accepted candidate must carry the failure
+        self.proofs: dict[frozenset[int], Proof] = {}
+        self.bystanders: list[Proof] = []
+
+    def use_store(self, store: ActivationStore) -> None:
+        """The full reference store, once captured (a command's first check ran against the inputs alone):
+        what was worked out from the store before is worked out again."""
+        self.store = store
+        for name in ("range_bound", "beyond_target", "faithful_bound"):
+            self.__dict__.pop(name, None)
 
     # -- judging ---------------------------------------------------------------------------------
     def judge(self, candidate: Candidate, use_cache: bool = True, mark_all: bool = False) -> Verdict | None:
@@ -180,18 +197,25 @@ class Reduction:
         """A cached verdict, None (not checkable), or the check to run (counted here, in order)."""
         if not candidate.nodes:
             return None
-        stats = self.counters.per_strategy.setdefault(self._strategy, StrategyStats())
         key = ("layerwise:" if mark_all else "") + candidate.key()
+        return self._prepare_built(key, lambda: materialize(self.model, candidate, self.store, mark_all=mark_all),
+                                   use_cache, stale_reference=bool(candidate.edits))
+
+    def _prepare_built(self, key: str, build, use_cache: bool, stale_reference: bool = False,
+                       faithful: bool = True):
+        """`build()` gives the model to check; `stale_reference`: its edits make the captured values stale;
+        `faithful`: the faithfulness rule applies (not to a counterfactual, which feeds what it must)."""
+        stats = self.counters.per_strategy.setdefault(self._strategy, StrategyStats())
         cached = self.cache.get(key) if use_cache else None
         if cached is not None:
             self.counters.cache_hits += 1
             stats.cache_hits += 1
             return cached
-        built = materialize(self.model, candidate, self.store, mark_all=mark_all)
+        built = build()
         if built.unrunnable:
             self.counters.unrunnable += 1
             return None
-        reasons = self._unfaithful(built)
+        reasons = self._unfaithful(built) if faithful else {}
         if reasons:
             self.counters.unfaithful += 1
             tensor, reason = next(iter(reasons.items()))
@@ -205,7 +229,7 @@ class Reduction:
         job = CheckJob(
             model=built.proto,
             feeds=self._feeds(built, workdir),
-            reference=None if candidate.edits else {  # edits make the captured values stale
+            reference=None if stale_reference else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))
                 for name in built.outputs
                 if built.reference_name(name) in self.store
@@ -248,23 +272,36 @@ class Reduction:
         return verdict
 
     @cached_property
+    def range_bound(self) -> float | None:
+        """The largest value the target holds: the runner's; fp16's for a command, whose precision is unknown
+        (a hint: where an overflow would start, never a reason to reject a candidate)."""
+        from oracles.onnxruntime_runner import FP16_MAX
+
+        return self.oracle.max_abs_value or (FP16_MAX if not self.oracle.names_failing_outputs else None)
+
+    @cached_property
     def beyond_target(self) -> tuple[int, ...]:
         """Nodes whose reference output holds a finite value the target's precision cannot hold."""
-        bound = self.oracle.max_abs_value
+        bound = self.range_bound
         if bound is None:
             return ()
+        return tuple(index for index, writes in enumerate(self.model.node_writes)
+                     if any(counterfactual.beyond(self.store, name, bound) for name in writes))
 
-        def beyond(name: str) -> bool:  # floats only: int64 "to the end" indices are not values
-            record = self.store.records.get(name)
-            return bool(record and np.dtype(record.dtype).kind == "f" and record.finite and record.max_abs > bound)
-
-        return tuple(index for index, writes in enumerate(self.model.node_writes) if any(map(beyond, writes)))
+    @cached_property
+    def faithful_bound(self) -> float | None:
+        """The bound of the faithfulness rule: the runner's (or --faithful-max). A command's precision is
+        unknown; where its reference leaves fp16's range, its failure is taken for an fp16 overflow, whose
+        repro must be fed values fp16 holds, as --faithful-max 65504 would say."""
+        if self.oracle.max_abs_value is not None or self.oracle.names_failing_outputs:
+            return self.oracle.max_abs_value
+        return self.range_bound if self.beyond_target else None
 
     def _unfaithful(self, built: Materialized) -> dict[str, str]:
         """The faithfulness rule on a built candidate (nothing while --no-faithful turns it off)."""
         if not self.faithful:
             return {}
-        return unfaithful_reasons(self.model, self.store, built.fed, self.oracle.max_abs_value)
+        return unfaithful_reasons(self.model, self.store, built.fed, self.faithful_bound)
 
     def unfaithful_inputs(self, candidate: Candidate) -> list[str]:
         return list(self._unfaithful(materialize(self.model, candidate, self.store)))
@@ -292,9 +329,111 @@ class Reduction:
         verdict = judged or self.judge(self.best)
         self.original = verdict or Verdict(False, None, "the full model could not be checked")
         self.best_verdict = self.original
+        self.chain = [(self.best, self.original)]
         return self.original
 
+    # -- proof of cause (reducer/counterfactual.py) ----------------------------------------------
+    @property
+    def proves_cause(self) -> bool:
+        """Whether the result must carry the whole model's failure: tolerance failures, and a command's
+        unless the reference leaves fp16's range (then it is taken for an overflow, whose repro is its
+        onset: a hint, as a command's precision is unknown)."""
+        signature = self.original.signature if self.original else None
+        if not self.cause_check or signature is None or signature.kind not in counterfactual.PROVEN_KINDS:
+            return False
+        return signature.kind != "command" or not self.beyond_target
+
+    def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
+        """What computing `nodes` exactly takes: they, and every node that reads a value of theirs the target
+        cannot hold (1.9e5 kept in fp32 still reaches an fp16 reader as Inf), and so on."""
+        bound = self.range_bound
+        return counterfactual.through_range(self.model, self.store, nodes, bound) if bound else nodes
+
+    def proof(self, candidate: Candidate) -> Proof:
+        """Whether the candidate's nodes carry the whole model's failure (each node set proved once)."""
+        nodes = candidate.nodes
+        if nodes not in self.proofs:
+            exact = self.exact_region(nodes)
+            if len(exact) == len(self.model):  # the whole model computed exactly is the reference itself
+                self.proofs[nodes] = Proof(self.cause_method, nodes, holds=True, exact=exact)
+            else:
+                strategy, self._strategy = self._strategy, "cause"
+                try:
+                    self.proofs[nodes] = counterfactual.judge_runs(self.cause_method, nodes, self.original,
+                                                                   self._counterfactual_verdict, exact)
+                finally:
+                    self._strategy = strategy
+                if not self.proofs[nodes].holds:
+                    self.bystanders.append(self.proofs[nodes])
+        return self.proofs[nodes]
+
+    def still_fails_with_exact(self, nodes: frozenset[int]) -> bool | None:
+        """Whether the whole model, with `nodes` computed exactly, still carries the original failure (None:
+        the failure is not numeric, so there is nothing to ask)."""
+        if not self.proves_cause:
+            return None
+        run = counterfactual.runs_for(self.cause_method, self.exact_region(nodes))[0]
+        strategy, self._strategy = self._strategy, "cause"
+        try:
+            verdict = self._counterfactual_verdict(run)
+        except LookupError:  # everything exact: the reference itself
+            return False
+        finally:
+            self._strategy = strategy
+        return counterfactual.still_fails(self.original, verdict)
+
+    def _counterfactual_verdict(self, run: CounterfactualRun) -> Verdict | None:
+        def build():
+            built = counterfactual.build(run, self.model, self.store)
+            if built is None:
+                raise LookupError(run.kind)  # nothing to run: see counterfactual.judge_runs
+            return built
+
+        prepared = self._prepare_built(run.key(), build, use_cache=True, faithful=False)
+        if isinstance(prepared, _Pending):
+            prepared.verdict = self._run_check(prepared)
+            self.cache.put(prepared.key, prepared.verdict)
+            prepared = prepared.verdict
+        self._spend(run.key(), prepared)
+        return prepared
+
+    def prove_cause(self, resume: bool = False) -> Proof | None:
+        """The best must carry the failure. Where it does not (a bystander), walk back the accepted chain
+        to the last candidate that does (binary search: carrying it grows with the node set, and the whole
+        model carries it by definition), and from there accept only candidates that carry it, the
+        strategies going round again when `resume` (after --max-checks or --time-limit: not)."""
+        if not self.proves_cause:
+            return None
+        while not self.proof(self.best).holds:
+            line = counterfactual.one_line(self.proof(self.best), self.original, self.model)
+            self.progress.message(f"not the cause: {line}")
+            self.strict = True
+            self._walk_back()
+            if not resume:
+                break
+            self._rounds()
+        return self.proof(self.best)
+
+    def _walk_back(self) -> None:
+        """Back along the accepted chain to the last candidate that carries the failure."""
+        low, high = 0, len(self.chain) - 1  # chain[low] carries it, chain[high] does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self.proof(self.chain[middle][0]).holds:
+                low = middle
+            else:
+                high = middle
+        del self.chain[low + 1 :]
+        self.best, self.best_verdict = self.chain[low]
+        self.write_best()
+        self.progress.message(f"back to the last candidate that carries the failure: {len(self.best)} nodes")
+
     def search(self) -> None:
+        """The rounds of strategies (`_rounds`), then the proof of cause, which may send them round again."""
+        self._rounds()
+        self.prove_cause(resume=True)
+
+    def _rounds(self) -> None:
         """Rounds of turns among all strategies but the last, while one of them makes progress: the best
         yield so far first (nodes removed per check in this run; the named order until each has run
         once), each turn capped at `turn_budget` checks. One that ran to its end without removing anything
@@ -327,13 +466,17 @@ class Reduction:
         started, nodes_before = time.perf_counter(), len(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
-                                self.fed_shapes, self.jobs, self.beyond_target, self.checkable)
+                                self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)
             while True:
                 if self._turn_over():
                     raise _TurnOver
+                if isinstance(batch, Exact):  # the whole model with these nodes computed exactly
+                    self._stop_if_spent(1)
+                    batch = proposals.send(self.still_fails_with_exact(batch.nodes))
+                    continue
                 if isinstance(batch, Probe):  # only worth a check where the oracle names failing outputs
                     verdict = None
                     if self.oracle.names_failing_outputs:
@@ -386,7 +529,7 @@ class Reduction:
             self.progress.update(len(self.best), self.counters, strategy)
             for offset, (candidate, verdict) in enumerate(zip(window, verdicts, strict=True)):
                 self._spend(candidate.key(), verdict)
-                if self.interesting(verdict):
+                if self.interesting(verdict) and (not self.strict or self.proof(candidate).holds):
                     return start + offset, verdict
                 if self._turn_over():
                     raise _TurnOver
@@ -408,6 +551,7 @@ class Reduction:
 
     def _accept(self, candidate: Candidate, verdict: Verdict, strategy: str) -> None:
         self.best, self.best_verdict = candidate, verdict
+        self.chain.append((candidate, verdict))
         self.write_best()
         step = {
             "strategy": strategy,
@@ -436,20 +580,13 @@ class Reduction:
         return path
 
     def reverify(self) -> Verdict | None:
-        """Check the final model once more, not trusting the search's verdict: a reduced model must
-        still fail. The re-check is cached under its own key, so an identical re-run checks nothing."""
+        """Check the final model once more, not trusting the search's verdict nor the cache: a reduced
+        model must still fail, now. The answer is not cached either."""
         self._strategy = "reverify"
-        key = "reverify:" + self.best.key()
-        cached = self.cache.get(key)
-        if cached is not None:
-            self.counters.cache_hits += 1
-            return cached
         pending = self._prepare(self.best, use_cache=False, mark_all=False)
         if not isinstance(pending, _Pending):
             return None
-        verdict = self._run_check(pending, observe=True)
-        self.cache.put(key, verdict)
-        return verdict
+        return self._run_check(pending, observe=True)
 
     def close(self) -> None:
         self.cache.close()

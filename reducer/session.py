@@ -96,7 +96,7 @@ def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_opt
         shutil.rmtree(out_dir / "work", ignore_errors=True)  # the inputs, the capture model, that check's folder
         raise
     reduction = early.get("reduction") or Reduction(model, store, oracle, out_dir, progress=progress, **settings)
-    reduction.store = store
+    reduction.use_store(store)
     return reduction, early.get("verdict")
 
 
@@ -129,6 +129,7 @@ def reduce_model(
     command_line: list[str] | None = None,
     limits: Limits | None = None,
     oracle: Oracle | None = None,
+    cause_check: bool = True,
 ) -> tuple[dict, int]:
     """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far, and so
     does reaching a limit (exit 0 all the same: the model is reduced and re-checked, if not minimal).
@@ -147,7 +148,7 @@ def reduce_model(
     jobs = getattr(oracle, "jobs", None) or oracle_options.jobs or 1
     reduction, early = _prepared_reduction(
         model_path, input_options, oracle_options, out_dir, progress, oracle, strategies=strategies,
-        faithful=faithful, jobs=jobs, started=started, limits=limits,
+        faithful=faithful, jobs=jobs, started=started, limits=limits, cause_check=cause_check,
     )
     model = reduction.model
     report = {
@@ -177,6 +178,8 @@ def reduce_model(
             stopped_by = stop.limit
             report["stopped_by"] = stopped_by
             progress.message(f"{stop.limit} reached: keeping the best so far ({len(reduction.best)} nodes)")
+            reduction.prove_cause()  # the best so far must carry the failure too: walk back if it does not
+        report["one_minimal"] = stopped_by is None and getattr(strategies[-1], "proves_one_minimal", False)
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
         if reduction.interesting(final):
@@ -279,9 +282,39 @@ def _figures(reduction: Reduction, started: float) -> dict:
         "rejected_unfaithful": counters.unfaithful,
         "seconds": round(time.perf_counter() - started, 3),
         "signature": signature.to_json() if signature else None,
+        "cause": cause_report(reduction),
         "strategies": {name: vars(stats) for name, stats in counters.per_strategy.items()},
         "turns": reduction.turns,
     }
+
+
+def cause_report(reduction: Reduction) -> dict | None:
+    """The proof of cause of the result, in report.json: method, failing elements before and after, the
+    bystanders met (candidates that failed alone but did not carry the failure), and whether the error
+    is spread over a region larger than a vendor would call a repro."""
+    from reducer import counterfactual
+
+    signature = reduction.original.signature if reduction.original else None
+    if not reduction.proves_cause:
+        if signature is None or signature.kind not in ("nan", "command") or not reduction.cause_check:
+            return None  # a build or runtime error is its own proof
+        return {"method": "onset", "checked": False,  # a NaN/Inf: the repro is where values leave the range
+                "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
+                                                    reduction.oracle.max_abs_value)}
+    proof = reduction.proofs.get(reduction.best.nodes)
+    data = {"checked": proof is not None}
+    if proof is not None:
+        data.update(proof.to_json(reduction.original))
+        data["in_words"] = counterfactual.one_line(proof, reduction.original, reduction.model)
+    data["bystanders"] = [
+        {"nodes": [reduction.model.node_label(i) for i in sorted(p.nodes)[:10]], "node_count": len(p.nodes),
+         "in_words": counterfactual.one_line(p, reduction.original, reduction.model)}
+        for p in reduction.bystanders
+    ]
+    data["spread"] = bool(reduction.bystanders) and len(reduction.best) > counterfactual.SPREAD_NODES
+    data["range"] = counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
+                                               reduction.oracle.max_abs_value)
+    return data
 
 
 def _first_line(text: str) -> str:

@@ -11,6 +11,7 @@ from reducer.errors import UsageError
 BUILTIN_STRATEGIES = {
     "localize": "strategies.localize:FirstDivergence",
     "cone": "strategies.cone:ConeOfInfluence",
+    "origin": "strategies.origin:FailureOrigin",
     "bisect": "strategies.bisect:BoundaryBisection",
     "prefix": "strategies.prefix:ShortestFailingPrefix",
     "suffix": "strategies.suffix:ShortestFailingSuffix",
@@ -24,7 +25,7 @@ BUILTIN_STRATEGIES = {
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
 }
-DEFAULT_ORDER = ("localize", "cone", "singletons", "prefix", "suffix", "ddmin", "regions", "linear")
+DEFAULT_ORDER = ("cone", "localize", "origin", "singletons", "prefix", "suffix", "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:

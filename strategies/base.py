@@ -8,6 +8,11 @@ outcome stays that of checking them one by one.
 A strategy may also yield a Probe: the driver runs the candidate once with every tensor it computes
 marked as an output (a layerwise run) and sends back the Verdict, whose signature names every failing
 tensor. Marking outputs can change what an engine does, so a probe only guides; it never decides.
+
+And it may yield an Exact: the driver runs the *whole model* with those nodes computed exactly (kept in
+fp32, or their outputs fed from the reference: see reducer/counterfactual.py) and sends back whether the
+whole model still fails (True), or no longer carries the failure (False). That is how a strategy asks
+where the failure that matters comes from, not merely where some failure shows.
 """
 
 from __future__ import annotations
@@ -26,7 +31,12 @@ class Probe:
     candidate: Candidate
 
 
-Proposals = Generator["list[Candidate] | Probe", "int | Verdict | None", None]
+@dataclass(frozen=True)
+class Exact:
+    nodes: frozenset[int]
+
+
+Proposals = Generator["list[Candidate] | Probe | Exact", "int | Verdict | bool | None", None]
 
 
 @dataclass
@@ -44,6 +54,8 @@ class SearchContext:
     beyond_target: tuple[int, ...] = ()
     # whether the driver would check a candidate at all (it can be built, and it is faithful)
     checkable: Callable[[Candidate], bool] = lambda candidate: True
+    # whether the failure is numeric and its cause is to be proven (Exact is answered); False for errors
+    proves_cause: bool = False
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer.get(name) for name in self.failing_outputs}

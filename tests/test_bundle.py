@@ -103,7 +103,8 @@ def test_bundle_holds_what_a_vendor_needs(silero, tmp_path):
         assert diff.max() == pytest.approx(row["max_abs_error"])
 
     markdown = (bundle / "report.md").read_text()
-    for expected in ("/model/stft/Conv", "Conv", "121", "4 checks", "graph.png", "reduction.png", "python repro.py",
+    assert "Shown to be the cause" in markdown.split("**Reproduce**")[0]  # the proof, in its first lines
+    for expected in ("/model/stft/Conv", "Conv", "121", f"{report['checks']} checks", "graph.png", "reduction.png", "python repro.py",
                      "TensorRT Version", "NVIDIA Driver Version", "CUDNN Version", "Baremetal or Container"):
         assert expected in markdown, expected
     env = json.loads((bundle / "env.json").read_text())

