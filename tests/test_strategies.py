@@ -282,7 +282,9 @@ def test_edits_are_part_of_the_candidate_and_survive_node_removal():
 
 def test_singletons_finds_a_one_node_repro_outside_the_current_candidate(tmp_path):
     """On the O3 case bisection settles on a fused Conv/Mul/Add chain near the input; one node per op type,
-    taken from the whole model, finds a lone node that fails the same way elsewhere."""
+    taken from the whole model, finds a lone node that fails the same way elsewhere. (That lone node does
+    not carry the whole model's failure, so the proof of cause, off here, would not take it: this tests
+    the group's mechanism.)"""
     import json
     import subprocess
     import sys
@@ -293,7 +295,8 @@ def test_singletons_finds_a_one_node_repro_outside_the_current_candidate(tmp_pat
     inputs = root / "corpus/inputs/ppocrv4_det_page.npz"
     done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs", str(inputs), "--runner",
                            "onnxruntime:cpu:fp32:O3", "--fail-on", "tolerance", "--strategy",
-                           "bisect,singletons,linear", "-o", str(out), "--json"], capture_output=True, text=True,
+                           "bisect,singletons,linear", "--no-cause-check", "-o", str(out), "--json"],
+                          capture_output=True, text=True,
                           cwd=root, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
