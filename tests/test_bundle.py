@@ -105,7 +105,8 @@ def test_bundle_holds_what_a_vendor_needs(silero, tmp_path):
     markdown = (bundle / "report.md").read_text()
     assert "Shown to be the cause" in markdown.split("**Reproduce**")[0]  # the proof, in its first lines
     for expected in ("/model/stft/Conv", "Conv", "121", f"{report['checks']} checks", "graph.png", "reduction.png",
-                     "python repro.py", "TensorRT Version", "NVIDIA Driver Version", "CUDNN Version", "Baremetal or Container"):
+                     "python repro.py", "TensorRT Version", "NVIDIA Driver Version", "CUDNN Version",
+                     "Baremetal or Container"):
         assert expected in markdown, expected
     env = json.loads((bundle / "env.json").read_text())
     for field in ("tensorrt_version", "nvidia_gpu", "nvidia_driver_version", "cuda_version", "cudnn_version",
