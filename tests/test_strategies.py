@@ -280,26 +280,27 @@ def test_edits_are_part_of_the_candidate_and_survive_node_removal():
     assert edited.keeping({2}).edits == edited.edits
 
 
-def test_singletons_finds_a_one_node_repro_outside_the_current_candidate(tmp_path):
-    """On the O3 case bisection settles on a fused Conv/Mul/Add chain near the input; one node per op type,
-    taken from the whole model, finds a lone node that fails the same way elsewhere. (That lone node does
-    not carry the whole model's failure, so the proof of cause, off here, would not take it: this tests
-    the group's mechanism.)"""
+def test_singletons_finds_lone_failing_nodes_in_one_check(tmp_path):
+    """One node per op type, each fed the reference, in one candidate: on the planted graph (tests/test_cause.py)
+    the group fails (its bystander Conv and its BatchNormalization fail alone), so one check takes 13 nodes to
+    the group, and the closer finds the failing member. (With the proof off: which lone node carries the
+    whole model's failure is the proof's business, tested there.)"""
     import json
     import subprocess
     import sys
 
+    from test_cause import FP16, planted_model
+
     root = Path(__file__).resolve().parent.parent
+    model = tmp_path / "planted.onnx"
+    planted_model(model)
     out = tmp_path / "out"
-    model = root / "corpus/models/ch_PP-OCRv4_det_infer.onnx"
-    inputs = root / "corpus/inputs/ppocrv4_det_page.npz"
-    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs", str(inputs), "--runner",
-                           "onnxruntime:cpu:fp32:O3", "--fail-on", "tolerance", "--strategy",
-                           "bisect,singletons,linear", "--no-cause-check", "-o", str(out), "--json"],
-                          capture_output=True, text=True,
-                          cwd=root, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
+                           str(model.with_suffix(".npz")), *FP16, "--strategy", "singletons,linear",
+                           "--no-cause-check", "-o", str(out), "--json"], capture_output=True, text=True, cwd=root,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    turns = [t for t in report["turns"] if t["strategy"] == "singletons" and t["removed"]]
-    assert turns and report["nodes_after"] == 1
-    assert report["final"]["failing"]
+    first = report["turns"][0]
+    assert first["strategy"] == "singletons" and first["spent"] == 1 and first["removed"] >= 6, report["turns"]
+    assert report["nodes_after"] == 1 and report["final"]["failing"]
