@@ -151,7 +151,7 @@ def cause_cell(run: dict | None) -> str:
     return f"yes ({run['cause_method']}{counted})" + (", spread" if run.get("spread") else "")
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[dict], missing: list[str] = ()) -> str:
     import onnxruntime
     import polygraphy
 
@@ -184,6 +184,9 @@ def render(rows: list[dict]) -> str:
     if ratios:
         lines += ["", f"Checks, ours / Polygraphy's, same command: median {statistics.median(ratios):.2f}, "
                   f"largest {max(ratios):.2f} (targets: median <= 1.0, every model <= 1.5)."]
+    if missing:
+        lines += ["", f"Not run yet ({len(missing)} of {len(rows) + len(missing)}): {', '.join(missing)} "
+                  "(`--resume` runs them)."]
     return "\n".join(lines) + "\n"
 
 
@@ -194,14 +197,23 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per tool run")
     parser.add_argument("--results", default=str(ROOT / "out" / "evaluation.jsonl"))
     parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows already in --results and run only the entries not there yet")
+    parser.add_argument("--render-only", action="store_true", help="write the table from --results; run nothing")
     args = parser.parse_args()
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py"), "--manifest", str(MANIFEST)],
-                   check=True)
-    entries = [e for e in json.loads(MANIFEST.read_text()) if not args.only or e["name"] in args.only]
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    with results.open("w") as sink:
+    rows = ([json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+            if (args.resume or args.render_only) and results.exists() else [])
+    done = {row["name"] for row in rows}
+    entries = [e for e in json.loads(MANIFEST.read_text())
+               if (not args.only or e["name"] in args.only) and e["name"] not in done]
+    if args.render_only:
+        entries = []
+    else:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py"), "--manifest", str(MANIFEST)],
+                       check=True)
+    with results.open("a" if rows else "w") as sink:
         for entry in entries:
             row = evaluate(entry, args.timeout, not args.skip_builtin)
             rows.append(row)
@@ -212,7 +224,8 @@ def main() -> int:
     text = output.read_text() if output.exists() else ""
     before, _, after = text.partition(SECTION)
     rest = ("\n## " + after.split("\n## ", 1)[1]) if "\n## " in after else ""
-    output.write_text(before.rstrip() + "\n\n" + render(rows) + rest)
+    missing = [e["name"] for e in json.loads(MANIFEST.read_text()) if e["name"] not in {r["name"] for r in rows}]
+    output.write_text(before.rstrip() + "\n\n" + render(rows, missing) + rest)
     return 0
 
 
