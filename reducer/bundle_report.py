@@ -101,7 +101,7 @@ def _path_text(origin: dict | None) -> list[str]:
     return lines
 
 
-def _cause_lines(cause: dict | None, one_minimal: bool | None) -> list[str]:
+def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None = None) -> list[str]:
     """The proof of cause in words (reducer/counterfactual.py): the first thing a vendor should trust."""
     lines = [""]
     if cause is None:
@@ -113,6 +113,9 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None) -> list[str]:
         lines.append("**Cause: not shown.** The search stopped before the proof ran; treat this repro with care.")
     elif cause.get("holds"):
         how = ("kept in fp32" if cause["method"] == "fp32" else "fed from the reference run")
+        readers = (cause.get("exact_nodes") or 0) - (count or 0)
+        if readers > 0:
+            how += f" (with the {readers} nodes below that read their values beyond the target's range)"
         before, after = cause.get("failing_elements_before"), cause.get("failing_elements_after")
         counted = f" ({after} of the {before} failing elements left)" if before is not None else ""
         lines.append(f"**Shown to be the cause**: the whole original model, with these nodes {how} and nothing "
@@ -145,7 +148,7 @@ def render_markdown(report: dict, env: dict) -> str:
     count = report.get("nodes_after", "?")
     lines.append(f"**{count} node{'' if count == 1 else 's'}** (from {report.get('nodes_before', '?')}), status "
                  f"**{status}**: {STATUS_LINES.get(status, '')}")
-    lines += _cause_lines(report.get("cause"), report.get("one_minimal"))
+    lines += _cause_lines(report.get("cause"), report.get("one_minimal"), report.get("nodes_after"))
     if report.get("size_warning"):
         lines += ["", f"**Size**: {report['size_warning']}."]
     lines += ["", "**Reproduce** (non-zero exit = reproduced):", "",
