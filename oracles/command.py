@@ -22,6 +22,12 @@ from reducer.errors import UsageError
 POLYGRAPHY_ARTIFACT = "polygraphy_debug.onnx"  # what Polygraphy's --check commands expect to find
 
 
+# A check may print how many output elements fail (`failing_elements=N`, its last such line counting):
+# then the proof of cause asks, as with the built-in checks, that the repro leave at most a tenth of them
+# (reducer/counterfactual.py). scripts/check_candidate.py prints it.
+FAILING_ELEMENTS = re.compile(r"\bfailing_elements=(\d+)\b")
+
+
 class CommandOracle:
     """`{model}` and `{inputs}` in the command are replaced by the candidate's path and a Polygraphy
     `--load-inputs` JSON of its inputs; without `{model}` the candidate is `polygraphy_debug.onnx` in the
@@ -75,7 +81,11 @@ class CommandOracle:
         code, output, seconds = _run(argv, job.workdir, self.timeout, self._running)
         if code is None:
             return Verdict(True, Signature("timeout"), f"no answer after {self.timeout:g} s; killed", output)
-        return self.decide(code, output)
+        verdict = self.decide(code, output)
+        counted = FAILING_ELEMENTS.findall(output)
+        if counted:  # the command says how many output elements fail: the proof of cause weighs them
+            verdict.elements = int(counted[-1])
+        return verdict
 
     def close(self) -> None:
         """A check still running (one in another thread when Ctrl-C came) is killed: it decides nothing now."""

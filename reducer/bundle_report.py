@@ -101,7 +101,8 @@ def _path_text(origin: dict | None) -> list[str]:
     return lines
 
 
-def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None = None) -> list[str]:
+def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None = None,
+                 stopped_by: str | None = None) -> list[str]:
     """The proof of cause in words (reducer/counterfactual.py): the first thing a vendor should trust."""
     lines = [""]
     if cause is None:
@@ -128,11 +129,14 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append(f"{len(cause['bystanders'])} smaller candidate(s) failed alone but did not carry the failure "
                      f"(bystanders), e.g. {', '.join(first['nodes'][:3])}: {first['in_words']}.")
     if cause and cause.get("spread"):
-        lines.append("No smaller subgraph carries the failure: **the error is spread across these nodes**.")
+        lines.append("No smaller subgraph was found that carries the failure: **the error is spread across these "
+                     "nodes**.")
     for note in (cause or {}).get("range", []):
         lines.append(f"Values leave the target's range: {note}.")
     if one_minimal is not None:
         lines.append("1-minimal: " + ("yes, no single node can be removed." if one_minimal else
+                                      "not proven: the default check budget was reached (`--minimal` goes on)."
+                                      if stopped_by == "check-budget" else
                                       "not proven (the search was stopped, or its last strategy does not prove it)."))
     return lines
 
@@ -148,7 +152,8 @@ def render_markdown(report: dict, env: dict) -> str:
     count = report.get("nodes_after", "?")
     lines.append(f"**{count} node{'' if count == 1 else 's'}** (from {report.get('nodes_before', '?')}), status "
                  f"**{status}**: {STATUS_LINES.get(status, '')}")
-    lines += _cause_lines(report.get("cause"), report.get("one_minimal"), report.get("nodes_after"))
+    lines += _cause_lines(report.get("cause"), report.get("one_minimal"), report.get("nodes_after"),
+                          report.get("stopped_by"))
     if report.get("size_warning"):
         lines += ["", f"**Size**: {report['size_warning']}."]
     lines += ["", "**Reproduce** (non-zero exit = reproduced):", "",

@@ -144,6 +144,10 @@ def cli() -> None:
               "re-checked): report.json says budget-exhausted; exit 0.")
 @click.option("--no-faithful", "no_faithful", is_flag=True,
               help="Also check candidates whose cut inputs hold values the target cannot represent.")
+@click.option("--minimal", "minimal", is_flag=True,
+              help="Go on to a 1-minimal result (no single node can be removed), however many checks it takes. "
+              "By default the search stops at about the checks boundary bisection of both ends costs "
+              "(2 * bit_length(nodes) + 6, all checks counted); report.json's one_minimal says which it got.")
 @click.option("--no-cause-check", "no_cause_check", is_flag=True,
               help="Skip the proof of cause for numeric failures (NaN/Inf, tolerance, --check commands): by "
               "default the result must carry the whole model's failure (the whole model with its nodes "
@@ -151,8 +155,8 @@ def cli() -> None:
               "Turn it off for a --check command that tests a build error.")
 @json_option
 @click.pass_context
-def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithful, no_cause_check, as_json,
-           **kwargs) -> None:
+def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithful, minimal, no_cause_check,
+           as_json, **kwargs) -> None:
     if max_checks is not None and max_checks < 2:
         raise UsageError("--max-checks must be at least 2 (the whole model is checked first and the result last)")
     if time_limit is not None and not time_limit > 0:
@@ -180,7 +184,7 @@ def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithf
         raise
     try:
         report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress,
-                                    ctx.obj.get("argv"), Limits(max_checks, time_limit), warm,
+                                    ctx.obj.get("argv"), Limits(max_checks, time_limit, not minimal), warm,
                                     cause_check=not no_cause_check)
     finally:
         getattr(progress, "stop", lambda: None)()

@@ -64,6 +64,14 @@ class Limits:
 
     max_checks: int | None = None
     time_limit: float | None = None
+    economy: bool = True  # stop at default_budget(nodes) checks; --minimal goes on to 1-minimality
+
+
+def default_budget(nodes: int) -> int:
+    """Checks a reduction spends by default: about what boundary bisection of both ends costs (Polygraphy's
+    --mode=bisect), with the whole model's check, the proof of cause and the final re-check on top. Where
+    1-minimality would cost more, it is the user's choice (--minimal); the report says which it got."""
+    return 2 * max(1, nodes).bit_length() + 6
 
 
 class SearchStopped(Exception):
@@ -162,8 +170,6 @@ class Reduction:
         self.cause_check = cause_check
         # fp32 where the runner can keep nodes in fp32, else their outputs fed from the reference
         self.cause_method = "fp32" if getattr(oracle, "computes_exactly", False) else "reference"
-        self.chain: list[tuple[Candidate, Verdict]] = []  # accepted candidates, each within the one before
-        self.strict = False  # once a bystander was met, every accepted candidate must carry the failure
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
 
@@ -329,7 +335,6 @@ class Reduction:
         verdict = judged or self.judge(self.best)
         self.original = verdict or Verdict(False, None, "the full model could not be checked")
         self.best_verdict = self.original
-        self.chain = [(self.best, self.original)]
         return self.original
 
     # -- proof of cause (reducer/counterfactual.py) ----------------------------------------------
@@ -397,43 +402,7 @@ class Reduction:
         self._spend(run.key(), prepared)
         return prepared
 
-    def prove_cause(self, resume: bool = False) -> Proof | None:
-        """The best must carry the failure. Where it does not (a bystander), walk back the accepted chain
-        to the last candidate that does (binary search: carrying it grows with the node set, and the whole
-        model carries it by definition), and from there accept only candidates that carry it, the
-        strategies going round again when `resume` (after --max-checks or --time-limit: not)."""
-        if not self.proves_cause:
-            return None
-        while not self.proof(self.best).holds:
-            line = counterfactual.one_line(self.proof(self.best), self.original, self.model)
-            self.progress.message(f"not the cause: {line}")
-            self.strict = True
-            self._walk_back()
-            if not resume:
-                break
-            self._rounds()
-        return self.proof(self.best)
-
-    def _walk_back(self) -> None:
-        """Back along the accepted chain to the last candidate that carries the failure."""
-        low, high = 0, len(self.chain) - 1  # chain[low] carries it, chain[high] does not
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self.proof(self.chain[middle][0]).holds:
-                low = middle
-            else:
-                high = middle
-        del self.chain[low + 1 :]
-        self.best, self.best_verdict = self.chain[low]
-        self.write_best()
-        self.progress.message(f"back to the last candidate that carries the failure: {len(self.best)} nodes")
-
     def search(self) -> None:
-        """The rounds of strategies (`_rounds`), then the proof of cause, which may send them round again."""
-        self._rounds()
-        self.prove_cause(resume=True)
-
-    def _rounds(self) -> None:
         """Rounds of turns among all strategies but the last, while one of them makes progress: the best
         yield so far first (nodes removed per check in this run; the named order until each has run
         once), each turn capped at `turn_budget` checks. One that ran to its end without removing anything
@@ -512,12 +481,17 @@ class Reduction:
         check is kept back for the final re-check, so --max-checks bounds the whole run."""
         if self.limits.time_limit is not None and time.perf_counter() - self.started >= self.limits.time_limit:
             raise SearchStopped("time-limit")
-        if self.limits.max_checks is not None:
-            left = self.limits.max_checks - 1 - self.counters.checks
-            if left <= 0:
-                raise SearchStopped("max-checks")
-            return min(window, left)
+        for limit, name in ((self.limits.max_checks, "max-checks"), (self.check_budget, "check-budget")):
+            if limit is not None:
+                left = limit - 1 - self.counters.checks
+                if left <= 0:
+                    raise SearchStopped(name)
+                window = min(window, left)
         return window
+
+    @property
+    def check_budget(self) -> int | None:
+        return default_budget(len(self.model)) if self.limits.economy and self.limits.max_checks is None else None
 
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
@@ -529,7 +503,7 @@ class Reduction:
             self.progress.update(len(self.best), self.counters, strategy)
             for offset, (candidate, verdict) in enumerate(zip(window, verdicts, strict=True)):
                 self._spend(candidate.key(), verdict)
-                if self.interesting(verdict) and (not self.strict or self.proof(candidate).holds):
+                if self.interesting(verdict) and (not self.proves_cause or self.proof(candidate).holds):
                     return start + offset, verdict
                 if self._turn_over():
                     raise _TurnOver
@@ -551,7 +525,6 @@ class Reduction:
 
     def _accept(self, candidate: Candidate, verdict: Verdict, strategy: str) -> None:
         self.best, self.best_verdict = candidate, verdict
-        self.chain.append((candidate, verdict))
         self.write_best()
         step = {
             "strategy": strategy,

@@ -178,12 +178,12 @@ def reduce_model(
             stopped_by = stop.limit
             report["stopped_by"] = stopped_by
             progress.message(f"{stop.limit} reached: keeping the best so far ({len(reduction.best)} nodes)")
-            reduction.prove_cause()  # the best so far must carry the failure too: walk back if it does not
         report["one_minimal"] = stopped_by is None and getattr(strategies[-1], "proves_one_minimal", False)
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
         if reduction.interesting(final):
-            report["status"] = "budget-exhausted" if stopped_by else "reduced"
+            # the default check budget is how the tool reduces, not a limit the user set
+            report["status"] = "budget-exhausted" if stopped_by not in (None, "check-budget") else "reduced"
             code = errors.EXIT_REDUCED
         else:
             report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
@@ -302,6 +302,8 @@ def cause_report(reduction: Reduction) -> dict | None:
                 "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                     reduction.oracle.max_abs_value)}
     proof = reduction.proofs.get(reduction.best.nodes)
+    if proof is None and len(reduction.best) == len(reduction.model):
+        proof = reduction.proof(reduction.best)  # nothing removed: the whole model carries it, no check
     data = {"checked": proof is not None}
     if proof is not None:
         data.update(proof.to_json(reduction.original))
@@ -311,7 +313,8 @@ def cause_report(reduction: Reduction) -> dict | None:
          "in_words": counterfactual.one_line(p, reduction.original, reduction.model)}
         for p in reduction.bystanders
     ]
-    data["spread"] = bool(reduction.bystanders) and len(reduction.best) > counterfactual.SPREAD_NODES
+    # no smaller subgraph found to carry it, and more nodes than a repro a vendor can read
+    data["spread"] = bool(data.get("holds")) and len(reduction.best) > counterfactual.SPREAD_NODES
     data["range"] = counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                reduction.oracle.max_abs_value)
     return data

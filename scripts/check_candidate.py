@@ -69,6 +69,8 @@ def main() -> int:
     check = NanCheck() if args.fail_on == "nan" else ToleranceCheck(args.atol, args.rtol)
     verdict = check.judge(result, reference)
     print(f"FAIL ({verdict.signature.kind}): {verdict.reason}" if verdict.failing else f"PASS: {verdict.reason}")
+    if verdict.elements is not None:  # read by onnx-reduce's proof of cause
+        print(f"failing_elements={verdict.elements}")
     if not verdict.failing:
         return 0
     return 1 if verdict.signature.kind == args.fail_on else 3

@@ -60,11 +60,39 @@ def capture(entry: dict, work: Path) -> tuple[Path, Path]:
                        work / "ref", Progress())
     tensors = work / "tensors.npz"
     np.savez(tensors, **{name: np.asarray(store.load(name)) for name in store.records})
-    shutil.rmtree(work / "ref", ignore_errors=True)
     given = work / "model_inputs.json"
     with np.load(CORPUS / entry["inputs"]) as data:
         save_json([{name: data[name] for name in data.files}], str(given))
     return tensors, given
+
+
+def cause_of(entry: dict, reduced: onnx.ModelProto, work: Path) -> dict:
+    """The counterfactual of another tool's repro, judged as ours are (the built-in oracle: kept in fp32
+    where the runner can, else fed from the reference): its nodes, by name, in the original model."""
+    from reducer.activations import ActivationStore
+    from reducer.candidate import Candidate
+    from reducer.driver import Reduction
+    from reducer.model import load_model
+    from reducer.options import OracleOptions, build_oracle
+
+    model = load_model(str(CORPUS / entry["model"]))
+    store_dir = work / "ref" / "activations"
+    store = ActivationStore.open(store_dir, json.loads((store_dir / "index.json").read_text())["key"])
+    options = OracleOptions(runner=entry["runner"], fail_on=entry["fail_on"], atol=entry.get("atol", 1e-5),
+                            rtol=entry.get("rtol", 1e-5))
+    reduction = Reduction(model, store, build_oracle(options), work / "cause", [])
+    try:
+        reduction.start()
+        if not reduction.proves_cause:
+            return {"method": "onset"}
+        by_name = {node.name: index for index, node in enumerate(model.nodes)}
+        kept = frozenset(by_name[n.name] for n in reduced.graph.node if n.name in by_name)
+        if not kept:
+            return {}
+        proof = reduction.proof(Candidate(kept))
+        return {"method": proof.method, "holds": proof.holds, **proof.to_json(reduction.original)}
+    finally:
+        reduction.close()
 
 
 def oracle_flags(entry: dict) -> list[str]:
@@ -89,6 +117,10 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
                    if i.name not in original and i.name in captured.files and captured[i.name].dtype.kind == "f"
                    and captured[i.name].size]
         result["fed_max"] = max(fed, default=0.0)
+        try:
+            result["cause"] = cause_of(entry, reduced, work)
+        except Exception as exc:  # an appraisal only: say why it could not be made
+            result["cause"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     else:
         result["error"] = output.strip().splitlines()[-1][:300] if output.strip() else f"exit {code}"
     return result
@@ -136,10 +168,17 @@ def cell(run: dict | None) -> str:
         return "-"
     if "nodes" not in run or run.get("nodes") is None:
         return f"error ({run.get('error', '')[:60]})"
+    if run.get("status") not in (None, "reduced"):
+        return f"{run['nodes']} / {run['checks']} / {run['seconds']:.1f} ({run['status']})"
     return f"{run['nodes']} / {run['checks']} / {run['seconds']:.1f}"
 
 
 def cause_cell(run: dict | None) -> str:
+    if run and isinstance(run.get("cause"), dict):  # Polygraphy's, judged by the built-in proof
+        cause = run["cause"]
+        run = {"cause_method": cause.get("method"), "cause_holds": cause.get("holds"),
+               "elements_before": cause.get("failing_elements_before"),
+               "elements_after": cause.get("failing_elements_after")}
     if not run or run.get("cause_method") is None:
         return "-"
     if run["cause_method"] == "onset":
@@ -149,6 +188,18 @@ def cause_cell(run: dict | None) -> str:
     counted = (f", {run['elements_after']} of {run['elements_before']} left"
                if run.get("elements_before") is not None else "")
     return f"yes ({run['cause_method']}{counted})" + (", spread" if run.get("spread") else "")
+
+
+def _ours_is_not_larger(cmd: dict, pg: dict) -> str:
+    if cmd.get("nodes") is None or pg.get("nodes") is None:
+        return "-"
+    if cmd["nodes"] <= pg["nodes"]:
+        return "yes"
+    if pg.get("fed_max", 0) > FP16_MAX:
+        return f"no, but Polygraphy's is fed {pg['fed_max']:.3g} (fp16 cannot hold it: unfaithful)"
+    if (pg.get("cause") or {}).get("holds") is False:
+        return "no, but Polygraphy's does not carry the failure (a bystander)"
+    return "NO"
 
 
 def render(rows: list[dict], missing: list[str] = ()) -> str:
@@ -164,22 +215,21 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
              "Nodes / checks / seconds; *cause*: the counterfactual of onnx-reduce's result (the whole model "
              "with the repro computed exactly: failing elements left of those before; a NaN/Inf's repro is its "
              "onset instead).", "",
-             "| model (package) | nodes | failure | polygraphy | ours, same command | checks: ours / polygraphy "
-             "| size <= polygraphy's | cause (same command) | 1-minimal | ours, built-in | cause (built-in) |",
-             "|---|---:|---|---:|---:|---:|---|---|---|---:|---|"]
+             "| model (package) | nodes | failure | polygraphy | its cause | ours, same command "
+             "| checks: ours / polygraphy | size <= polygraphy's | cause (same command) | 1-minimal "
+             "| ours, built-in | cause (built-in) |",
+             "|---|---:|---|---:|---|---:|---:|---|---|---|---:|---|"]
     ratios = []
     for r in rows:
         pg, cmd, bi = r["polygraphy"], r["command"], r.get("builtin")
         ratio = (cmd["checks"] / pg["checks"]) if pg.get("checks") and cmd.get("checks") is not None else None
         if ratio is not None:
             ratios.append(ratio)
-        size = ("yes" if cmd.get("nodes") is not None and pg.get("nodes") is not None and cmd["nodes"] <= pg["nodes"]
-                else "NO" if cmd.get("nodes") is not None and pg.get("nodes") is not None else "-")
-        if size == "NO" and pg.get("fed_max", 0) > FP16_MAX:
-            size = f"no, but Polygraphy's is fed {pg['fed_max']:.3g} (fp16 cannot hold it: unfaithful)"
+        size = _ours_is_not_larger(cmd, pg)
         failure = f"`{r['runner'].split(':', 1)[1]}` {r['fail_on']}"
+        shown = f"{ratio:.2f}" if ratio is not None else "-"
         lines.append(f"| {r['name']} ({r['package'].split('==')[0]}) | {r['nodes_before']} | {failure} | {cell(pg)} "
-                     f"| {cell(cmd)} | {f'{ratio:.2f}' if ratio is not None else '-'} | {size} | {cause_cell(cmd)} "
+                     f"| {cause_cell(pg)} | {cell(cmd)} | {shown} | {size} | {cause_cell(cmd)} "
                      f"| {'yes' if cmd.get('one_minimal') else 'no'} | {cell(bi)} | {cause_cell(bi)} |")
     if ratios:
         lines += ["", f"Checks, ours / Polygraphy's, same command: median {statistics.median(ratios):.2f}, "

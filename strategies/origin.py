@@ -1,12 +1,16 @@
-"""Where the failure that matters comes from: binary search of the shortest prefix of the topological
-order that, computed exactly (kept in fp32, or fed from the reference), makes the whole model stop
-failing, or fail in at most a tenth of the elements it did. The last node of that prefix is the origin:
-with it computed at the target's precision the failure is carried, without it it is not. Under a loose
-fp16 tolerance nearly every node fails alone by rounding; bisection of where *a* failure first shows
-finds such a bystander near the input, this search finds the node whose error the outputs carry (det
-folded: the BatchNormalization whose variance fp16 cannot hold). The origin is then tried alone (grown
-upwards until what feeds it is faithful), with its producers, and as the front cut of the order there.
-Numeric failures only (the driver answers Exact only then); about log2(n) checks."""
+"""Where the failure that matters comes from. Binary search of the shortest prefix of the topological
+order that, computed exactly (kept in fp32, or fed from the reference: reducer/counterfactual.py), makes
+the whole model stop failing, or fail in at most a tenth of the elements it did. The last node of that
+prefix is the origin: computed at the target's precision with all before it exact, the failure is carried;
+exact too, it is not. Under a loose fp16 tolerance nearly every node fails alone by rounding: bisection of
+where *a* failure first shows stops at such a bystander near the input, this search stops at the node
+whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose variance fp16 cannot hold).
+
+The origin is tried alone (grown upwards until what feeds it is faithful), then with its producers. Where
+neither fails alone, the error builds up over several nodes: a second search finds the latest start of the
+origin's prefix that still carries it, and that region is tried, then the front cut there. The region's
+proof is the search's own last probe, so it costs nothing more. Numeric failures whose cause is proven
+only (the driver answers Exact only then); about log2(n) checks, twice that where the error is spread."""
 
 from __future__ import annotations
 
@@ -22,23 +26,37 @@ class FailureOrigin:
         if len(current) <= 1 or not context.proves_cause:
             return
         nodes = current.ordered()
-        # nodes[:low] exact: the whole model still fails (nothing exact: the original failure);
-        # nodes[:high] exact: it does not (all of them: the reference itself)
+        # end: nodes[:low] exact, the whole model still fails (none: the original failure); nodes[:high]
+        # exact, it does not (all of them: the reference itself)
         low, high = 0, len(nodes)
         hint = next((nodes.index(n) + 1 for n in context.beyond_target if n in current.nodes), None)
         while high - low > 1:
             middle = hint if hint is not None and low < hint < high else (low + high) // 2
-            hint = None  # an overflow's start is worth one probe first: the error may well begin there
+            hint = None  # where an overflow starts is worth one probe first: the error may well begin there
             still_failing = yield Exact(frozenset(nodes[:middle]))
             if still_failing is None:
                 return  # the driver cannot say: nothing to go on
-            if still_failing:
-                low = middle
-            else:
-                high = middle
-        origin = nodes[high - 1]
-        options = [grown(frozenset({origin}), context, current), with_producers(origin, context, current),
-                   grown(frozenset(nodes[high - 1:]), context, current)]
-        batch = list(dict.fromkeys(current.keeping(o) for o in options if len(o) < len(current)))
+            low, high = (middle, high) if still_failing else (low, middle)
+        end = high
+        origin = nodes[end - 1]
+        options = [grown(frozenset({origin}), context, current), with_producers(origin, context, current)]
+        batch = self._batch(current, options)
+        if batch and (yield batch) is not None:
+            return
+        # start: nodes[start:end] exact carries it (start 0: known); nodes[too_late:end] does not
+        start, too_late = 0, end - 1
+        while too_late - start > 1:
+            middle = (start + too_late) // 2
+            still_failing = yield Exact(frozenset(nodes[middle:end]))
+            if still_failing is None:
+                return
+            start, too_late = (start, middle) if still_failing else (middle, too_late)
+        options = [grown(frozenset(nodes[start:end]), context, current), grown(frozenset(nodes[start:]), context,
+                                                                                current)]
+        batch = self._batch(current, options)
         if batch:
             yield batch
+
+    @staticmethod
+    def _batch(current: Candidate, options: list[frozenset[int]]) -> list[Candidate]:
+        return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))

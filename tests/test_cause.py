@@ -140,3 +140,38 @@ def test_the_reference_method_proves_the_same_cause(planted, tmp_path):
                     "--rtol", "0.01")
     assert names["cause"] in kept_names(tmp_path) and names["bystander"] not in kept_names(tmp_path)
     assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
+
+
+def spread_model(path: Path, length: int = 40) -> None:
+    """A chain of Mul nodes by 1.0003, which fp16 rounds to 1.0: each node alone is within 1e-3 (3e-4 off),
+    the chain is not (1.2% off). No node carries the failure; most of the chain must be exact to fix it."""
+    nodes, last = [], "x"
+    for i in range(length):
+        nodes.append(helper.make_node("Mul", [last, "gain"], [f"m{i}"], name=f"gain_{i}"))
+        last = f"m{i}"
+    nodes.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    graph = helper.make_graph(nodes, "spread", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+                              [_const("gain", [1.0003])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.save(model, str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(1.0, 2.0, size=(1, 64)).astype(np.float32))
+
+
+def test_a_spread_error_is_said_to_be_spread_within_the_default_budget(tmp_path):
+    """No small subgraph carries it: the report says so, names the region that does, and the default search
+    spends no more than its budget (1-minimality would be the user's choice, --minimal)."""
+    from reducer.driver import default_budget
+
+    path = tmp_path / "spread.onnx"
+    spread_model(path)
+    flags = ["--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.001", "--rtol", "0.001"]
+    assert check(path, *flags) == 1
+    report = reduce(tmp_path, path, *flags)
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert report["checks"] <= default_budget(report["nodes_before"])
+    cause = report["cause"]
+    assert cause["holds"] and cause["spread"] and report["nodes_after"] > 10
+    assert (report["stopped_by"] == "check-budget") == (not report["one_minimal"])
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text()
+    assert "spread" in md.split("**Reproduce**")[0]

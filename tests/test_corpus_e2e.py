@@ -76,11 +76,11 @@ def assert_one_minimal(entry: dict, out: Path, report: dict) -> None:
 @pytest.mark.parametrize("entry", FAILING, ids=[e["name"] for e in FAILING])
 def test_reduces_real_model_to_faithful_one_minimal_repro(entry, tmp_path):
     out = tmp_path / "out"
-    done = reduce_entry(entry, out)
+    done = reduce_entry(entry, out, "--minimal")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     report = json.loads((out / "report.json").read_text())
-    assert report["status"] == "reduced"
+    assert report["status"] == "reduced" and report["one_minimal"]
     assert report["nodes_before"] == entry["node_count"]
     assert 0 < report["nodes_after"] < report["nodes_before"]
     assert report["checks"] > 0
@@ -102,7 +102,7 @@ def test_reduces_real_model_to_faithful_one_minimal_repro(entry, tmp_path):
     assert_one_minimal(entry, out, report)
 
     # an identical second run repeats no check but the final re-check, which never comes from the cache
-    again = reduce_entry(entry, out)
+    again = reduce_entry(entry, out, "--minimal")
     assert again.returncode == 0, again.stderr
     second = json.loads((out / "report.json").read_text())
     assert second["checks"] == 1 and second["strategies"]["reverify"]["checks"] == 1

@@ -31,13 +31,14 @@ def test_turns_respect_their_budget_and_the_closer_proves_minimality(tmp_path):
     """A linear sweep over 121 nodes is far beyond a turn's budget: it is cut short and resumed later;
     bisect, the closer here, runs unbudgeted until it removes nothing."""
     out = tmp_path / "out"
-    done = reduce_entry(SILERO, out, "--strategy", "linear,bisect")
+    done = reduce_entry(SILERO, out, "--strategy", "linear,bisect", "--minimal")
     assert done.returncode == 0, done.stderr
     report = report_of(out)
     assert report["status"] == "reduced"
     turns = report["turns"]
     linear_turns = [t for t in turns if t["strategy"] == "linear"]
-    assert linear_turns and all(t["spent"] <= t["budget"] for t in linear_turns)
+    # a turn ends once its budget is spent, but a failing candidate's proof of cause (1 or 2 checks) ends first
+    assert linear_turns and all(t["spent"] <= t["budget"] + 2 for t in linear_turns)
     assert any(not t["finished"] for t in linear_turns), turns  # cut short at least once
     assert report["strategies"]["linear"]["cut_short"] >= 1
     closing = [t for t in turns if t["strategy"] == "bisect"]
