@@ -203,6 +203,7 @@ def _ours_is_not_larger(cmd: dict, pg: dict) -> str:
 
 
 def render(rows: list[dict], missing: list[str] = ()) -> str:
+    rows = list({row["name"]: row for row in rows}.values())  # a case run again: its last run
     import onnxruntime
     import polygraphy
 
@@ -258,10 +259,10 @@ def main() -> int:
     rows = ([json.loads(line) for line in results.read_text().splitlines() if line.strip()]
             if (args.resume or args.render_only) and results.exists() else [])
     done = {row["name"] for row in rows}
-    entries = [e for e in json.loads(MANIFEST.read_text())
-               if (not args.only or e["name"] in args.only) and e["name"] not in done]
+    entries = [e for e in json.loads(MANIFEST.read_text()) if not args.only or e["name"] in args.only]
     if args.runner:
         entries = [{**e, "runner": args.runner, "name": f"{e['name']}@{args.runner}"} for e in entries]
+    entries = [e for e in entries if e["name"] not in done]
     if args.render_only:
         entries = []
     elif any(not (CORPUS / e["model"]).exists() for e in entries):  # a GPU machine has no network
