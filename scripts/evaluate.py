@@ -186,12 +186,13 @@ def cause_cell(run: dict | None) -> str:
     if not run.get("cause_holds"):
         return "NOT shown"
     counted = (f", {run['elements_after']} of {run['elements_before']} left"
-               if run.get("elements_before") is not None else "")
+               if run.get("elements_before") is not None and run.get("elements_after") is not None else
+               ", nothing removed" if run.get("elements_before") is not None else "")
     return f"yes ({run['cause_method']}{counted})" + (", spread" if run.get("spread") else "")
 
 
 def _ours_is_not_larger(cmd: dict, pg: dict) -> str:
-    if cmd.get("nodes") is None or pg.get("nodes") is None:
+    if cmd.get("nodes") is None or pg.get("nodes") is None or cmd.get("status") == "not-failing":
         return "-"
     if cmd["nodes"] <= pg["nodes"]:
         return "yes"
@@ -224,6 +225,8 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
     for r in rows:
         pg, cmd, bi = r["polygraphy"], r["command"], r.get("builtin")
         ratio = (cmd["checks"] / pg["checks"]) if pg.get("checks") and cmd.get("checks") is not None else None
+        if cmd.get("status") == "not-failing":  # nothing to reduce under this runner: no comparison
+            ratio = None
         if ratio is not None:
             ratios.append(ratio)
         size = _ours_is_not_larger(cmd, pg)
