@@ -288,3 +288,15 @@ def test_relative_paths_to_existing_files_become_absolute(job, tmp_path, monkeyp
     assert oracle.argv[1] == os.path.join(str(home), "helper.py")
     verdict = oracle.judge(job)
     assert verdict.failing and verdict.signature.detail == "exit code 9", verdict.log
+
+
+def test_a_command_may_say_how_many_elements_fail(job):
+    """`failing_elements=N` (the last such line) becomes the verdict's count, which the proof of cause weighs;
+    without it the count is unknown (None), never 0."""
+    says = "print('failing_elements=3'); print('FAIL (tolerance)'); print('failing_elements=7'); raise SystemExit(1)"
+    verdict = _oracle(argv=[sys.executable, "-c", says]).judge(job)
+    assert verdict.failing and verdict.elements == 7
+    passing = _oracle(argv=[sys.executable, "-c", "print('failing_elements=0')"]).judge(job)
+    assert not passing.failing and passing.elements == 0
+    silent = _oracle(argv=[sys.executable, "-c", "raise SystemExit(1)"]).judge(job)
+    assert silent.failing and silent.elements is None
