@@ -110,7 +110,8 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
     elif cause.get("method") == "onset" and cause.get("assumed"):
         lines.append("**Taken for an fp16 overflow**: a command's precision is unknown, and the reference holds "
                      "values beyond fp16's range, so this repro is the onset, fed only values fp16 holds; its cause "
-                     "was not proven (where the command does not run fp16, `--faithful-max` with its real bound says so).")
+                     "was not proven (where the command does not run fp16, `--faithful-max` with its real bound "
+                     "says so).")
     elif cause.get("method") == "onset":
         lines.append("**Onset of the NaN/Inf**: these nodes turn values the target holds into ones it cannot "
                      "(or into NaN); every input they are fed is within the target's range.")
