@@ -26,6 +26,7 @@ Generators (see each function):
   the scaling: the 0..255 mistake.
 * audio: a synthetic voiced utterance (vowels with a moving f0) at 16 kHz,
   int16 scale as openwakeword feeds it (it never divides by 32768).
+* basic-pitch: a synthetic five-note melody at 22050 Hz, zero-padded and windowed as basic_pitch does.
 * magika: the first and last 1024 bytes of a small Python source file, as
   int32 byte values padded with 256 (magika 1.0.3, standard_v3_3 config).
 All saved with np.savez_compressed (flat images compress to a few KB).
@@ -222,6 +223,23 @@ def oww_embeddings(audio):
     return wins, np.squeeze(ort_run("openwakeword_embedding_model.onnx", {"input_1": wins}))
 
 
+def basic_pitch_window():
+    """basic-pitch 0.4.0 (basic_pitch/inference.py): 22050 Hz mono float in [-1, 1], 3840 leading zeros (half
+    of 30 overlapping frames of 256 samples), the first 43844-sample window, (1, 43844, 1). The audio: a
+    five-note harmonic melody (A3 C4 E4 G4 A4, 0.36 s each), peak 0.3, a -60 dB noise floor."""
+    sr, n, pad = 22050, 43844, 3840
+    rng = np.random.default_rng(0)
+    t = np.arange(n - pad) / sr
+    audio = np.zeros_like(t)
+    for k, f0 in enumerate([220.0, 261.63, 329.63, 392.0, 440.0]):
+        seg = (t >= 0.36 * k) & (t < 0.36 * (k + 1))
+        tt = t[seg] - 0.36 * k
+        env = np.minimum(tt / 0.01, 1.0) * np.exp(-3.0 * tt)  # 10 ms attack, exponential decay
+        audio[seg] += env * sum(0.6 / h * np.sin(2 * np.pi * h * f0 * tt) for h in range(1, 6))
+    audio = 0.3 * audio / np.abs(audio).max() + 1e-3 * rng.standard_normal(audio.shape)
+    return np.concatenate([np.zeros(pad), audio]).astype(np.float32)[None, :, None]
+
+
 # ----------------------------------------------------------------- magika
 PY_SOURCE = b'''#!/usr/bin/env python3
 """Count words in the files named on the command line."""
@@ -290,6 +308,8 @@ def build(chained=True):
         "eval_ppocrv5_rec_textline_rawpixels.npz": {"x": text_line("HELLO ONNX 2023", 48, 320, normalise=False)},
         # magika 1.0.3: a Python script's bytes
         "eval_magika_python.npz": {"bytes": magika_features(PY_SOURCE)},
+        # basic-pitch 0.4.0 (Spotify's audio-to-MIDI model): a melody, prepared as the package does
+        "eval_basic_pitch_notes.npz": {"serving_default_input_2:0": basic_pitch_window()},
         # openwakeword 0.4.0 melspectrogram: 1760 samples (1280 + 3*160 of context), int16 scale, as the
         # package feeds it
         "eval_oww_melspec_int16.npz": {"input": utterance(0.11)[None].astype(np.float32)},
