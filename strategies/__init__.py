@@ -25,7 +25,7 @@ BUILTIN_STRATEGIES = {
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
 }
-DEFAULT_ORDER = ("cone", "localize", "origin", "singletons", "prefix", "suffix", "ddmin", "regions", "linear")
+DEFAULT_ORDER = ("cone", "origin", "localize", "singletons", "prefix", "suffix", "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:

@@ -29,10 +29,13 @@ class FailureOrigin:
         # end: nodes[:low] exact, the whole model still fails (none: the original failure); nodes[:high]
         # exact, it does not (all of them: the reference itself)
         low, high = 0, len(nodes)
-        hint = next((nodes.index(n) + 1 for n in context.beyond_target if n in current.nodes), None)
+        # where an overflow starts is worth two probes first, the prefix with it and without it: the error
+        # may well begin there
+        first = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
+        hints = [] if first is None else [first + 1, first]
         while high - low > 1:
-            middle = hint if hint is not None and low < hint < high else (low + high) // 2
-            hint = None  # where an overflow starts is worth one probe first: the error may well begin there
+            hints = [cut for cut in hints if low < cut < high]
+            middle = hints.pop(0) if hints else (low + high) // 2
             still_failing = yield Exact(frozenset(nodes[:middle]))
             if still_failing is None:
                 return  # the driver cannot say: nothing to go on
