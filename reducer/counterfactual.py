@@ -32,7 +32,7 @@ from reducer.model import Model, subgraphs
 # nodes that turn in-range values into out-of-range ones (several onsets each fail alone, and no one of
 # them carries the whole model's NaN). A command's failure kind is unknown: see Reduction.proves_cause.
 PROVEN_KINDS = ("tolerance", "command")
-SPREAD_NODES = 10  # a region carrying the failure, larger than this after bystanders: the error is spread
+SPREAD_NODES = 10  # the smallest region found to carry the failure is larger: the error is spread
 SHARE = 10  # "carries the failure": at most a tenth of the failing elements left, at least a tenth caused
 
 

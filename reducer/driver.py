@@ -362,12 +362,8 @@ class Reduction:
             if len(exact) == len(self.model):  # the whole model computed exactly is the reference itself
                 self.proofs[nodes] = Proof(self.cause_method, nodes, holds=True, exact=exact)
             else:
-                strategy, self._strategy = self._strategy, "cause"
-                try:
-                    self.proofs[nodes] = counterfactual.judge_runs(self.cause_method, nodes, self.original,
-                                                                   self._counterfactual_verdict, exact)
-                finally:
-                    self._strategy = strategy
+                self.proofs[nodes] = counterfactual.judge_runs(self.cause_method, nodes, self.original,
+                                                               self._counterfactual_verdict, exact)
                 if not self.proofs[nodes].holds:
                     self.bystanders.append(self.proofs[nodes])
         return self.proofs[nodes]
@@ -378,16 +374,21 @@ class Reduction:
         if not self.proves_cause:
             return None
         run = counterfactual.runs_for(self.cause_method, self.exact_region(nodes))[0]
-        strategy, self._strategy = self._strategy, "cause"
         try:
             verdict = self._counterfactual_verdict(run)
         except LookupError:  # everything exact: the reference itself
             return False
-        finally:
-            self._strategy = strategy
         return counterfactual.still_fails(self.original, verdict)
 
     def _counterfactual_verdict(self, run: CounterfactualRun) -> Verdict | None:
+        """One run of the proof, counted under "cause" (not the strategy that asked), and cached."""
+        strategy, self._strategy = self._strategy, "cause"
+        try:
+            return self._counterfactual_check(run)
+        finally:
+            self._strategy = strategy
+
+    def _counterfactual_check(self, run: CounterfactualRun) -> Verdict | None:
         def build():
             built = counterfactual.build(run, self.model, self.store)
             if built is None:
