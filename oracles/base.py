@@ -72,7 +72,6 @@ class Verdict:
     runs: tuple[int, int] | None = None  # (failing, made) when the oracle repeats runs (--repeat)
     elements: int | None = None  # output elements that fail (NaN/Inf, out of tolerance); None: not counted
 
-
     @property
     def flaky(self) -> bool:
         """Some runs failed and some passed."""

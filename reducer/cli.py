@@ -149,9 +149,10 @@ def cli() -> None:
               "By default the search stops at about the checks boundary bisection of both ends costs "
               "(2 * bit_length(nodes) + 6, all checks counted); report.json's one_minimal says which it got.")
 @click.option("--no-cause-check", "no_cause_check", is_flag=True,
-              help="Skip the proof of cause for numeric failures (NaN/Inf, tolerance, --check commands): by "
-              "default the result must carry the whole model's failure (the whole model with its nodes "
-              "computed exactly stops failing), so that a node failing alone by rounding is not the repro. "
+              help="Skip the proof of cause for tolerance failures and --check commands (a NaN/Inf repro is "
+              "its onset instead): by default the result must carry the whole model's failure (the whole model "
+              "with its nodes computed exactly stops failing), so that a node failing alone by rounding is not "
+              "the repro. "
               "Turn it off for a --check command that tests a build error.")
 @json_option
 @click.pass_context

@@ -280,7 +280,7 @@ class Reduction:
     @cached_property
     def range_bound(self) -> float | None:
         """The largest value the target holds: the runner's; fp16's for a command, whose precision is unknown
-        (a hint: where an overflow would start, never a reason to reject a candidate)."""
+        (a hint where an overflow would start; it rejects candidates only as `faithful_bound` says)."""
         from oracles.onnxruntime_runner import FP16_MAX
 
         return self.oracle.max_abs_value or (FP16_MAX if not self.oracle.names_failing_outputs else None)

@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 
 from oracles.base import Oracle, Verdict
-from reducer import errors
+from reducer import counterfactual, errors
 from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
 from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
@@ -292,8 +292,6 @@ def cause_report(reduction: Reduction) -> dict | None:
     """The proof of cause of the result, in report.json: method, failing elements before and after, the
     bystanders met (candidates that failed alone but did not carry the failure), and whether the error
     is spread over a region larger than a vendor would call a repro."""
-    from reducer import counterfactual
-
     signature = reduction.original.signature if reduction.original else None
     if not reduction.proves_cause:
         if signature is None or signature.kind not in ("nan", "command") or not reduction.cause_check:

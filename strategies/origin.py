@@ -14,6 +14,8 @@ only (the driver answers Exact only then); about log2(n) checks, twice that wher
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+
 from reducer.candidate import Candidate
 from strategies.base import Exact, Proposals, SearchContext
 from strategies.localize import grown, with_producers
@@ -26,34 +28,26 @@ class FailureOrigin:
         if len(current) <= 1 or not context.proves_cause:
             return
         nodes = current.ordered()
-        # end: nodes[:low] exact, the whole model still fails (none: the original failure); nodes[:high]
-        # exact, it does not (all of them: the reference itself)
-        low, high = 0, len(nodes)
         # where an overflow starts is worth two probes first, the prefix with it and without it: the error
         # may well begin there
         first = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
-        hints = [] if first is None else [first + 1, first]
-        while high - low > 1:
-            hints = [cut for cut in hints if low < cut < high]
-            middle = hints.pop(0) if hints else (low + high) // 2
-            still_failing = yield Exact(frozenset(nodes[:middle]))
-            if still_failing is None:
-                return  # the driver cannot say: nothing to go on
-            low, high = (middle, high) if still_failing else (low, middle)
-        end = high
+        hints = () if first is None else (first + 1, first)
+        # the end: nodes[:k] exact, from none (the original failure) to all of them (the reference itself)
+        found = yield from boundary(0, len(nodes), lambda k: frozenset(nodes[:k]), hints)
+        if found is None:
+            return  # the driver cannot say: nothing to go on
+        end = found[1]
         origin = nodes[end - 1]
         options = [grown(frozenset({origin}), context, current), with_producers(origin, context, current)]
         batch = self._batch(current, options)
         if batch and (yield batch) is not None:
             return
-        # start: nodes[start:end] exact carries it (start 0: known); nodes[too_late:end] does not
-        start, too_late = 0, end - 1
-        while too_late - start > 1:
-            middle = (start + too_late) // 2
-            still_failing = yield Exact(frozenset(nodes[middle:end]))
-            if still_failing is None:
-                return
-            start, too_late = (start, middle) if still_failing else (middle, too_late)
+        # the start: nodes[k:end] exact, from the origin alone (its candidate did not pass: taken not to carry
+        # it) to the whole prefix (known to carry it)
+        found = yield from boundary(end - 1, 0, lambda k: frozenset(nodes[k:end]))
+        if found is None:
+            return
+        start = found[1]
         options = [grown(frozenset(nodes[start:end]), context, current), grown(frozenset(nodes[start:]), context,
                                                                                 current)]
         batch = self._batch(current, options)
@@ -63,3 +57,19 @@ class FailureOrigin:
     @staticmethod
     def _batch(current: Candidate, options: list[frozenset[int]]) -> list[Candidate]:
         return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
+
+
+def boundary(failing: int, carrying: int, exact_at: Callable[[int], frozenset[int]],
+             hints: tuple[int, ...] = ()) -> Generator[Exact, bool | None, tuple[int, int] | None]:
+    """Binary search between an index k where the whole model, with `exact_at(k)` computed exactly, still fails
+    and one where it no longer carries the failure (either may be the larger); `hints` are probed first while
+    they lie between. Returns the adjacent pair (failing, carrying), or None where the driver cannot say."""
+    pending = list(hints)
+    while abs(carrying - failing) > 1:
+        pending = [k for k in pending if min(failing, carrying) < k < max(failing, carrying)]
+        middle = pending.pop(0) if pending else (failing + carrying) // 2
+        still_failing = yield Exact(exact_at(middle))
+        if still_failing is None:
+            return None
+        failing, carrying = (middle, carrying) if still_failing else (failing, middle)
+    return failing, carrying
