@@ -124,8 +124,9 @@ def cli() -> None:
     pass
 
 
-@cli.command(help="Reduce MODEL to a 1-minimal model that still fails; `--check CMD ...` (last) uses a "
-             "command as the oracle, as `polygraphy debug reduce` does.")
+@cli.command(help="Reduce MODEL to a small model that still fails the same way and carries the failure "
+             "(1-minimal with --minimal); `--check CMD ...` (last) uses a command as the oracle, as "
+             "`polygraphy debug reduce` does.")
 @model_argument
 @input_options
 @oracle_options
