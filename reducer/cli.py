@@ -77,8 +77,12 @@ oracle_options = _compose(
                  "then also looks first where the reference exceeds it)."),
 )
 
-output_option = click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path),
-                             help="Output directory (created; only this directory is written to).")
+
+def output_option(required: bool):
+    return click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path),
+                        required=required, help="Output directory (created; only this directory is written to).")
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 
 
@@ -109,12 +113,15 @@ def _oracle_options(kwargs, check_command: list[str]) -> OracleOptions:
     )
 
 
-def _output_dir(path: Path | None) -> Path:
-    if path is None:
-        raise UsageError("missing -o/--output directory")
+def _output_dir(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise UsageError(f"-o {path}: exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent that is a file, no permission, a read-only file system
+        raise UsageError(f"-o {path}: cannot create it: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {path}: cannot write in it (permission denied or a read-only file system)")
     return path
 
 
@@ -130,7 +137,7 @@ def cli() -> None:
 @model_argument
 @input_options
 @oracle_options
-@output_option
+@output_option(required=True)
 @click.option("--strategy", "strategy", default=None, metavar="A,B,...",
               help="Strategies to run; the first round in this order, then by nodes removed per check; "
               "the last one closes every round (default: " + ",".join(DEFAULT_ORDER) + ").")
@@ -201,7 +208,7 @@ def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithf
 @model_argument
 @input_options
 @oracle_options
-@output_option
+@output_option(required=False)
 @json_option
 @click.pass_context
 def check(ctx, model, output, as_json, **kwargs) -> None:

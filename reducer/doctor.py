@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 PROBED_RUNNERS = (
     "onnxruntime:cpu:fp32",
     "onnxruntime:cpu:fp16",
+    "onnxruntime:cpu:fp16-storage",
     "onnxruntime:cuda:fp32",
     "onnxruntime:cuda:fp16",
     "onnxruntime:tensorrt:fp16",

@@ -78,6 +78,23 @@ def prepare_inputs(
     return feeds
 
 
+def defaulted_dims(model: Model, given: dict[str, np.ndarray] | None, shapes: dict[str, tuple[int, ...]]) -> str:
+    """The dynamic dims that generated inputs set to DEFAULT_DYNAMIC_DIM, with the flag to set them, e.g.
+    "dims defaulted to 1: x[0], x[2]; set them with --input-shapes x:[N,3,T]"; "" when there are none."""
+    dims, flags = [], []
+    for name, info in model.graph_inputs.items():
+        if name in (given or {}) or name in shapes or not info.type.HasField("tensor_type"):
+            continue
+        declared = declared_shape(info)
+        unset = [axis for axis, d in enumerate(declared) if not isinstance(d, int)]
+        if unset:
+            dims += [f"{name}[{axis}]" for axis in unset]
+            flags.append(f"{name}:[{','.join(str(d or '?') for d in declared)}]")
+    if not dims:
+        return ""
+    return f"dims defaulted to {DEFAULT_DYNAMIC_DIM}: {', '.join(dims)}; set them with --input-shapes {' '.join(flags)}"
+
+
 def _checked(name: str, value: np.ndarray, dtype: np.dtype, declared: list) -> np.ndarray:
     if value.dtype != dtype:
         raise BadInputsError(f"input '{name}': the model wants {dtype}, the file holds {value.dtype}")
@@ -111,7 +128,11 @@ def _generate(rng: np.random.Generator, shape, dtype: np.dtype, input_range, nam
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
-        return rng.integers(int(np.ceil(low)), int(np.floor(high)) + 1, size=shape).astype(dtype)
+        low, high, limits = int(np.ceil(low)), int(np.floor(high)), np.iinfo(dtype)
+        if not limits.min <= low <= high <= limits.max:  # numpy would refuse it, or wrap it around silently
+            raise BadInputsError(f"input '{name}' is {dtype}: --input-range {input_range[0]:g},{input_range[1]:g} "
+                                 f"holds no whole numbers within {limits.min}..{limits.max}")
+        return rng.integers(low, high, size=shape, endpoint=True).astype(dtype)
     if np.issubdtype(dtype, np.floating):
         return rng.uniform(low, high, size=shape).astype(dtype)
     raise BadInputsError(f"cannot generate data of type {dtype}; give it with --inputs")

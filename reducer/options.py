@@ -3,6 +3,7 @@ oracle's warm workers (which import their runtime) before it imports the rest of
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -32,10 +33,13 @@ def parse_input_range(text: str) -> tuple[float, float]:
         raise UsageError(f"--input-range: expected 'low,high', got '{text}'") from None
     if not low <= high:
         raise UsageError(f"--input-range: low ({low}) is above high ({high})")
+    if not math.isfinite(high - low):  # inf, or a span numpy's uniform cannot draw from
+        raise UsageError(f"--input-range: '{text}' is not a finite range")
     return low, high
 
 
 DEFAULT_CHECK_TIMEOUT = 300.0
+MAX_CHECK_TIMEOUT = 7 * 24 * 3600.0  # a week; far longer overflows the timeouts of threads and processes
 
 
 @dataclass
@@ -55,6 +59,17 @@ class OracleOptions:
     repeat: int = 1  # runs per candidate (engine builds are not deterministic)
     min_fails: int = 1  # failing runs, of `repeat`, that make a candidate failing
 
+    def __post_init__(self) -> None:
+        # NaN passes no comparison, so each bound is written as what must hold: NaN then fails it
+        if not 0 < self.check_timeout <= MAX_CHECK_TIMEOUT:
+            raise UsageError(f"--check-timeout must be above 0 and at most {MAX_CHECK_TIMEOUT:.0f} seconds "
+                             f"(a week), got {self.check_timeout:g}")
+        for flag, value in (("--atol", self.atol), ("--rtol", self.rtol)):
+            if not 0 <= value < math.inf:
+                raise UsageError(f"{flag} must be a finite number >= 0, got {value:g}")
+        if self.faithful_max is not None and not 0 < self.faithful_max < math.inf:
+            raise UsageError(f"--faithful-max must be a finite number above 0, got {self.faithful_max:g}")
+
 
 @dataclass
 class InputOptions:
@@ -62,6 +77,10 @@ class InputOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     seed: int = 0
     input_range: tuple[float, float] = DEFAULT_INPUT_RANGE
+
+    def __post_init__(self) -> None:
+        if self.seed < 0:  # numpy's generators take no negative seed
+            raise UsageError(f"--seed must be 0 or more, got {self.seed}")
 
 
 def _regexes(patterns: list[str], flag: str) -> list[re.Pattern]:

@@ -19,7 +19,7 @@ from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model
 from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
 from reducer.errors import BadModelError
-from reducer.inputs import load_inputs_file, prepare_inputs
+from reducer.inputs import defaulted_dims, load_inputs_file, prepare_inputs
 from reducer.model import Model, load_model
 from reducer.options import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions, build_oracle
 
@@ -34,6 +34,9 @@ def prepare(
     model = load_model(model_path)
     given = load_inputs_file(input_options.inputs) if input_options.inputs else None
     feeds = prepare_inputs(model, given, input_options.input_shapes, input_options.seed, input_options.input_range)
+    defaulted = defaulted_dims(model, given, input_options.input_shapes)
+    if defaulted:
+        progress.message(f"note: {defaulted}")
     key = store_key(model, feeds)
     store_dir = out_dir / "activations"
     store = ActivationStore.open(store_dir, key)
@@ -67,7 +70,9 @@ def prepare(
     finally:  # not waited for on an error or Ctrl-C: closing the oracle stops it
         alongside.shutdown(wait=False)
     if result.status != "ok":
-        raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}")
+        hint = f" ({defaulted})" if defaulted else ""
+        raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}"
+                            + hint)
     store = ActivationStore.open(store_dir, key)
     return model, store
 

@@ -49,6 +49,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="do not download; report only")
     ap.add_argument("--manifest", default=os.path.join(CORPUS, "manifest.json"))
+    ap.add_argument("models", nargs="*", help="only these (paths relative to corpus/, as the manifest names them)")
     args = ap.parse_args()
 
     with open(args.manifest) as f:
@@ -57,7 +58,7 @@ def main():
     # unique (model path -> entry) among fetched entries
     todo = {}
     for e in entries:
-        if "fetch" in e:
+        if "fetch" in e and (not args.models or e["model"] in args.models):
             todo.setdefault(e["model"], e)
 
     missing = []

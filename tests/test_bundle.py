@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from corpus_files import corpus_model
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +31,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def reduce_case(entry: dict, out: Path) -> Path:
-    model = ROOT / "corpus" / entry["model"]
-    if not model.exists():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True, cwd=ROOT)
+    model = corpus_model(entry["model"])
     flags = ["--runner", entry["runner"], "--fail-on", entry["fail_on"]]
     if entry["fail_on"] == "tolerance":
         flags += ["--atol", str(entry["atol"]), "--rtol", str(entry["rtol"])]
@@ -299,7 +298,7 @@ def test_the_graph_picture_of_a_large_model_stays_within_bounds(tmp_path):
     """An interrupted reduction can bundle hundreds of nodes: the picture shrinks its labels to fit."""
     from reducer.pictures import MAX_SIDE, draw_graph
 
-    model = onnx.load(str(ROOT / "corpus/models/ch_PP-OCRv4_det_infer.onnx"))  # 672 nodes
+    model = onnx.load(str(corpus_model("models/ch_PP-OCRv4_det_infer.onnx")))  # 672 nodes
     draw_graph(model, [model.graph.output[0].name], {}, tmp_path / "graph.png")
     with Image.open(tmp_path / "graph.png") as image:
         image.verify()

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from corpus_files import corpus_model
 
 from reducer.activations import ActivationStore
 from reducer.candidate import Candidate
@@ -45,7 +46,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def reduce_entry(entry: dict, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return cli("reduce", str(ROOT / "corpus" / entry["model"]), "--inputs", str(ROOT / "corpus" / entry["inputs"]),
+    return cli("reduce", str(corpus_model(entry["model"])), "--inputs", str(ROOT / "corpus" / entry["inputs"]),
                *oracle_flags(entry), "-o", str(out), *extra, cwd=out.parent)
 
 
@@ -53,7 +54,7 @@ def assert_one_minimal(entry: dict, out: Path, report: dict) -> None:
     """Every candidate with one node fewer passes, fails differently, or cannot be checked faithfully; or,
     where the search met bystanders and so accepted only candidates that carry the failure, no longer
     carries it (the proof of cause)."""
-    model = load_model(ROOT / "corpus" / entry["model"])
+    model = load_model(corpus_model(entry["model"]))
     store_dir = out / "activations"
     store = ActivationStore.open(store_dir, json.loads((store_dir / "index.json").read_text())["key"])
     reduction = Reduction(model, store, build_oracle(oracle_options(entry)), out / "proof", [])
@@ -89,7 +90,7 @@ def test_reduces_real_model_to_faithful_one_minimal_repro(entry, tmp_path):
     onnx.checker.check_model(minimal)
     assert len(minimal.graph.node) == report["nodes_after"]
     # node names survive, so a vendor can map the repro back to the full model
-    original_names = {n.name for n in onnx.load(str(ROOT / "corpus" / entry["model"])).graph.node}
+    original_names = {n.name for n in onnx.load(str(corpus_model(entry["model"]))).graph.node}
     assert {n.name for n in minimal.graph.node} <= original_names
     # faithful: what feeds the minimal model is representable by the target precision
     with np.load(out / "minimal_inputs.npz") as fed:
@@ -135,7 +136,7 @@ def test_command_oracle_reduces_with_a_polygraphy_style_check(tmp_path):
     calls = tmp_path / "calls.txt"  # one line per run of the command: what it costs the user
     check = ["sh", "-c", f'echo run >> "{calls}" && exec "$@"', "check", sys.executable,
              str(ROOT / "scripts" / "check_candidate.py"), "polygraphy_debug.onnx", "{inputs}", *oracle_flags(entry)]
-    done = cli("reduce", str(ROOT / "corpus" / entry["model"]), "--inputs", str(ROOT / "corpus" / entry["inputs"]),
+    done = cli("reduce", str(corpus_model(entry["model"])), "--inputs", str(ROOT / "corpus" / entry["inputs"]),
                "-o", str(out), "--faithful-max", "65504", "--fail-code", "1", "--check", *check, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
@@ -159,7 +160,7 @@ def test_command_oracle_reduces_with_a_polygraphy_style_check(tmp_path):
 def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
     entry = max(FAILING, key=lambda e: e["node_count"])
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "reducer.cli", "reduce", str(ROOT / "corpus" / entry["model"]),
+    argv = [sys.executable, "-m", "reducer.cli", "reduce", str(corpus_model(entry["model"])),
             "--inputs", str(ROOT / "corpus" / entry["inputs"]), *oracle_flags(entry), "-o", str(out)]
     # a shell's background job inherits SIGINT ignored, and Python keeps it so: give the child the default back
     process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpus_files import corpus_model
 
 from oracles import make_runner
 from reducer.doctor import run_probe
 
 ROOT = Path(__file__).resolve().parent.parent
-REC = ROOT / "corpus" / "models" / "ch_PP-OCRv4_rec_infer.onnx"
 REC_INPUTS = ROOT / "corpus" / "inputs" / "ppocrv4_rec_textline_rawpixels.npz"
 SILERO = ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx"
 SILERO_INPUTS = ROOT / "corpus" / "inputs" / "silero_vad_int16pcm.npz"
@@ -50,10 +50,9 @@ def test_tensorrt_builds_and_runs_or_says_exactly_why_not():
 
 def test_cuda_fp16_nan_is_reduced_on_the_gpu(tmp_path):
     _needs("onnxruntime:cuda:fp16")
-    if not REC.exists():
-        pytest.skip("corpus model not fetched: python scripts/fetch_corpus.py")
+    rec = corpus_model("models/ch_PP-OCRv4_rec_infer.onnx")
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(REC), "--inputs", str(REC_INPUTS),
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(rec), "--inputs", str(REC_INPUTS),
                            "--runner", "onnxruntime:cuda:fp16", "--fail-on", "nan", "-o", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]

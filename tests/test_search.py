@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from corpus_files import corpus_model
 from test_corpus_e2e import FAILING, ROOT, cli, oracle_flags, reduce_entry
 
 from reducer.driver import StrategyStats, by_yield, turn_budget
@@ -136,7 +137,8 @@ def test_shapes_shrinks_the_fed_tensors_and_the_bundle_still_reproduces(tmp_path
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "out"
     corpus = root / "corpus"
-    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(corpus / "models/ch_PP-OCRv4_rec_infer.onnx"),
+    model = corpus_model("models/ch_PP-OCRv4_rec_infer.onnx")
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model),
                            "--inputs", str(corpus / "inputs/ppocrv4_rec_textline_rawpixels.npz"), "--runner",
                            "onnxruntime:cpu:fp16", "--fail-on", "nan", "--strategy",
                            "localize,cone,bisect,shapes,linear", "-o", str(out), "--json"],
