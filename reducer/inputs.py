@@ -71,6 +71,8 @@ def prepare_inputs(
             feeds[name] = _checked(name, given[name], dtype, declared)
             continue
         shape = shapes.get(name)
+        if any(isinstance(d, int) and d < 0 for d in declared):
+            raise BadInputsError(f"input '{name}': the model declares a negative dimension {declared}")
         if shape is None:
             shape = tuple(d if isinstance(d, int) else DEFAULT_DYNAMIC_DIM for d in declared)
         _check_shape(name, shape, declared, "--input-shapes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -325,4 +326,6 @@ def cause_report(reduction: Reduction) -> dict | None:
 
 
 def _first_line(text: str) -> str:
+    # ONNX Runtime puts its C++ source location and function signature before the message: keep the message
+    text = re.sub(r"/onnxruntime_src/\S+ [^(]*\([^)]*\)\s*", "", text)
     return (text.strip().splitlines() or [""])[0][:300]
