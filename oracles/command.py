@@ -126,11 +126,11 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
+        cancelled = running[process] = threading.Event()  # at once: close() may come before the timer starts
         # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
         expired = threading.Event()
         timer = threading.Timer(timeout, _kill_group, (process, expired))
         timer.start()
-        cancelled = running[process] = threading.Event()
         try:
             # waited for, not reaped: its pid stays its group's, so the group can be killed once it ended
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
