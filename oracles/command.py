@@ -69,16 +69,18 @@ class CommandOracle:
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def judge(self, job: CheckJob) -> Verdict:
+        # absolute, whatever -o was: the check runs in its own folder, where a relative path names nothing
+        workdir = job.workdir.absolute()
         uses_model = any("{model}" in arg for arg in self.argv)
-        model_path = job.workdir / ("model.onnx" if uses_model else POLYGRAPHY_ARTIFACT)
+        model_path = workdir / ("model.onnx" if uses_model else POLYGRAPHY_ARTIFACT)
         save_model(job.model, model_path)
-        inputs_path = job.workdir / "inputs.json"
+        inputs_path = workdir / "inputs.json"
         if any("{inputs}" in arg for arg in self.argv):
             from polygraphy.json import save_json
 
             save_json([{name: np.load(path) for name, path in job.feeds.items()}], str(inputs_path))
         argv = [arg.replace("{model}", str(model_path)).replace("{inputs}", str(inputs_path)) for arg in self.argv]
-        code, output, seconds = _run(argv, job.workdir, self.timeout, self._running)
+        code, output, seconds = _run(argv, workdir, self.timeout, self._running)
         if code is None:
             return Verdict(True, Signature("timeout"), f"no answer after {self.timeout:g} s; killed", output)
         verdict = self.decide(code, output)
@@ -124,20 +126,22 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
+        cancelled = running[process] = threading.Event()  # at once: close() may come before the timer starts
         # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
         expired = threading.Event()
         timer = threading.Timer(timeout, _kill_group, (process, expired))
         timer.start()
-        cancelled = running[process] = threading.Event()
         try:
-            code = process.wait()
+            # waited for, not reaped: its pid stays its group's, so the group can be killed once it ended
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         except BaseException:  # Ctrl-C: in its own session the check never saw it, so it goes with us
             _kill_group(process, cancelled)
-            process.wait()
             raise
         finally:
             timer.cancel()
             running.pop(process, None)
+            _kill_group(process)  # what it left running in the background (`cmd &`) ends with it
+            code = process.wait()
         if cancelled.is_set():
             raise CheckCancelled(f"'{argv[0]}' was stopped: the reduction is closing")
         code = None if expired.is_set() else code
@@ -145,11 +149,12 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int
     return code, output, time.perf_counter() - start
 
 
-def _kill_group(process: subprocess.Popen, reason: threading.Event) -> None:
-    reason.set()  # timed out, or cancelled
+def _kill_group(process: subprocess.Popen, reason: threading.Event | None = None) -> None:
+    if reason is not None:
+        reason.set()  # timed out, or cancelled
     try:
         os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
-    except ProcessLookupError:  # it ended as the timer fired
+    except (ProcessLookupError, PermissionError):  # all ended already; one that changed user is not ours to kill
         pass
 
 

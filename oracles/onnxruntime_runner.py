@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reducer.errors import UsageError
+from reducer.interrupts import deferred
 
 if TYPE_CHECKING:  # imported where used: validating a spec needs neither
     import numpy as np
@@ -36,7 +37,8 @@ def ort_version() -> str | None:
     """The version of the onnxruntime that imports (onnxruntime or onnxruntime-gpu, whichever is first on
     the path: both install the same module, so distribution metadata can name the wrong one)."""
     try:
-        import onnxruntime
+        with deferred():  # a Ctrl-C meanwhile is raised, not taken for a missing onnxruntime
+            import onnxruntime
     except ImportError:
         return None
     return onnxruntime.__version__
@@ -108,7 +110,8 @@ class OnnxRuntimeRunner:
 
         if why_no_gpu():
             return why_no_gpu()
-        import onnxruntime as ort
+        with deferred():
+            import onnxruntime as ort
 
         if PROVIDERS[self.device] not in ort.get_available_providers():
             return (f"this onnxruntime ({ort_version()}) has no {PROVIDERS[self.device]} "

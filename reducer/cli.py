@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from reducer import errors
+from reducer import errors, interrupts
 from reducer.errors import ReducerError, UsageError
 from reducer.options import (
     DEFAULT_CHECK_TIMEOUT,
@@ -142,8 +142,10 @@ def cli() -> None:
               help="Strategies to run; the first round in this order, then by nodes removed per check; "
               "the last one closes every round (default: " + ",".join(DEFAULT_ORDER) + ").")
 @click.option("--jobs", "jobs", type=int, default=None,
-              help="Candidates checked at once (warm workers or commands); the result is the same as with 1. "
-              "Default: 1, or one per visible GPU for GPU runners.")
+              help="Candidates checked at once (warm workers or commands), capped at what this machine has "
+              "(usable cores, memory, visible GPUs). The first failing candidate in order wins, as with 1; "
+              "bisection (prefix, suffix) probes N cut points a step, so where failing is not monotone along "
+              "the order it may end on another failing cut. Default: 1, or one per visible GPU for GPU runners.")
 @click.option("--max-checks", "max_checks", type=int, default=None, metavar="N",
               help="Stop after N checks in all (the first and the final re-check included), keeping the best "
               "so far: report.json says budget-exhausted; exit 0.")
@@ -322,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     original = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if original is None:  # the program itself: SIGTERM ends it as Ctrl-C does (not a caller's in-process call)
+            interrupts.install()
         argv, command = split_check_command(argv)
         obj = {"check": command, "argv": list(sys.argv[1:] if original is None else original)}
         code = cli.main(args=argv, prog_name="onnx-reduce", standalone_mode=False, obj=obj)
@@ -333,18 +337,24 @@ def main(argv: list[str] | None = None) -> None:
     except click.Abort:
         click.echo("onnx-reduce: interrupted", err=True)
         code = errors.EXIT_INTERRUPTED
-    except ReducerError as exc:
-        click.echo(f"onnx-reduce: error: {exc}", err=True)
-        code = exc.exit_code
     except KeyboardInterrupt:
         click.echo("onnx-reduce: interrupted", err=True)
         code = errors.EXIT_INTERRUPTED
-    except Exception as exc:  # a bug of ours: say so in one line; the traceback only on request
-        if os.environ.get("ONNX_REDUCE_DEBUG"):
+    except Exception as exc:
+        if interrupts.received():  # what the interrupt broke on its way (an import, a worker): not the cause
+            click.echo("onnx-reduce: interrupted", err=True)
+            code = errors.EXIT_INTERRUPTED
+        elif isinstance(exc, ReducerError):
+            click.echo(f"onnx-reduce: error: {exc}", err=True)
+            code = exc.exit_code
+        elif os.environ.get("ONNX_REDUCE_DEBUG"):
             raise
-        click.echo(f"onnx-reduce: internal error: {type(exc).__name__}: {exc} "
-                   "(set ONNX_REDUCE_DEBUG=1 for the traceback)", err=True)
-        code = errors.EXIT_INTERNAL
+        else:  # a bug of ours: say so in one line; the traceback only on request
+            click.echo(f"onnx-reduce: internal error: {type(exc).__name__}: {exc} "
+                       "(set ONNX_REDUCE_DEBUG=1 for the traceback)", err=True)
+            code = errors.EXIT_INTERNAL
+    if code == errors.EXIT_INTERRUPTED:
+        code = interrupts.exit_code()  # 143 after SIGTERM
     if original is None:  # the program itself, not a caller's in-process call
         _exit_now(code or 0)
     sys.exit(code or 0)

@@ -6,7 +6,8 @@ EXIT_NOT_FAILING = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_REPRODUCED = 3
 EXIT_INTERNAL = 4
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (CI, `timeout`, `docker stop`): ends the reduction as Ctrl-C does
 
 
 class ReducerError(Exception):

@@ -4,7 +4,9 @@ oracle's warm workers (which import their runtime) before it imports the rest of
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 from oracles.base import Oracle
@@ -40,6 +42,9 @@ def parse_input_range(text: str) -> tuple[float, float]:
 
 DEFAULT_CHECK_TIMEOUT = 300.0
 MAX_CHECK_TIMEOUT = 7 * 24 * 3600.0  # a week; far longer overflows the timeouts of threads and processes
+# What one job holds at least: a warm worker (Python, numpy, the runtime, a small model's session) or a
+# check command's process. `--jobs` beyond what memory holds swaps or gets killed, whatever the cores say.
+JOB_MEMORY_BYTES = 512 << 20
 
 
 @dataclass
@@ -100,6 +105,10 @@ def build_oracle(options: OracleOptions) -> Oracle:
         raise UsageError("--check-timeout must be positive")
     if options.jobs is not None and options.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if options.jobs is not None:
+        options.jobs, why = usable_jobs(options.jobs, _uses_gpu(options))
+        if why:
+            print(f"onnx-reduce: note: {why}", file=sys.stderr)
     if options.faithful_max is not None and not options.faithful_max > 0:
         raise UsageError("--faithful-max must be positive")
     from oracles.repeat import RepeatedOracle, check_repeat
@@ -111,6 +120,51 @@ def build_oracle(options: OracleOptions) -> Oracle:
     if options.repeat > 1:
         oracle = RepeatedOracle(oracle, options.repeat, options.min_fails)
     return oracle
+
+
+def usable_jobs(requested: int, uses_gpu: bool) -> tuple[int, str]:
+    """`--jobs` capped at what this machine has: the cores this process may use, the jobs available memory
+    holds, and for a GPU runner the visible GPUs. Returns the jobs and, when capped, a line saying why."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    bounds = {f"{cores} usable cores": cores}
+    memory = _available_memory()
+    if memory is not None:
+        bounds[f"{memory / 1e9:.1f} GB of memory available, {JOB_MEMORY_BYTES >> 20} MB a job"] = (
+            memory // JOB_MEMORY_BYTES)
+    if uses_gpu:
+        from oracles.gpu import visible_gpus
+
+        gpus = len(visible_gpus())
+        if gpus:  # none resolved: CUDA chooses, as without --jobs
+            bounds[f"{gpus} visible GPUs"] = gpus
+    reason, bound = min(bounds.items(), key=lambda item: item[1])
+    bound = max(1, bound)
+    if requested <= bound:
+        return requested, ""
+    return bound, f"--jobs {requested} capped at {bound} ({reason})"
+
+
+def _available_memory() -> int | None:
+    """Bytes the kernel could give without swapping (Linux's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _uses_gpu(options: OracleOptions) -> bool:
+    if options.check_command:
+        return False  # a command's device is unknown
+    from oracles import make_runner
+
+    return getattr(make_runner(options.runner), "uses_gpu", False)
 
 
 def _build_oracle(options: OracleOptions, fail_regexes, ignore_regexes) -> Oracle:

@@ -74,4 +74,8 @@ class StandinRunner:
 
 
 def make(spec: str) -> StandinRunner:
+    if spec.endswith(":noimport"):  # its runtime does not import in the worker
+        raise ModuleNotFoundError("No module named 'standin_runtime'")
+    if spec.endswith(":dies"):  # the worker dies before its runner is ready
+        os._exit(3)
     return StandinRunner(spec)

@@ -300,3 +300,24 @@ def test_a_command_may_say_how_many_elements_fail(job):
     assert not passing.failing and passing.elements == 0
     silent = _oracle(argv=[sys.executable, "-c", "raise SystemExit(1)"]).judge(job)
     assert silent.failing and silent.elements is None
+
+
+def test_a_relative_workdir_still_hands_the_check_absolute_paths(job, tmp_path, monkeypatch):
+    """-o out makes every check's folder relative to where onnx-reduce started; the check runs in that folder,
+    where such a path names nothing."""
+    monkeypatch.chdir(tmp_path)
+    relative = CheckJob(model=job.model, feeds=job.feeds, reference={}, workdir=Path("check"))
+    says = 'for p in "$@"; do case $p in /*) test -s "$p" || exit 3;; *) exit 4;; esac; done; exit 1'
+    verdict = _oracle(argv=["sh", "-c", says, "sh", "{model}", "{inputs}"]).judge(relative)
+    assert verdict.failing and verdict.signature.detail == "exit code 1", verdict.reason
+
+
+def test_a_checks_background_children_end_with_it(job, tmp_path):
+    pids = tmp_path / "pids"
+    verdict = _oracle(argv=["sh", "-c", f"sleep 300 & echo $! > {pids}; exit 1"]).judge(job)
+    assert verdict.failing
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)

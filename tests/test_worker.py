@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import standins
 
-from oracles.worker import Worker
+from oracles.worker import Worker, WorkerStartError
+from reducer.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, RunnerUnavailableError
 
 HANG_TIMEOUT = 2.0
 TASK_TIMEOUT = 60.0  # generous: a spawned worker imports numpy before it answers
@@ -134,3 +135,17 @@ def test_close_stops_the_process(worker, task, feeds):
     process = w._process
     w.close()
     assert process is not None and not process.is_alive()
+
+
+def test_a_runtime_that_does_not_import_in_the_worker_is_no_verdict(worker, task, feeds):
+    """Not an error of the model checked (an "error" verdict, or "not failing"): the reduction stops, exit 2."""
+    why = "cannot start in its worker process: ModuleNotFoundError"
+    with pytest.raises(RunnerUnavailableError, match=why) as raised:
+        worker("standin:noimport").run(task("ok"), feeds, TASK_TIMEOUT)
+    assert raised.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_a_worker_that_dies_as_it_starts_is_no_crash_verdict(worker, task, feeds):
+    with pytest.raises(WorkerStartError, match="died as it started: exit code 3") as raised:
+        worker("standin:dies").run(task("ok"), feeds, TASK_TIMEOUT)
+    assert raised.value.exit_code == EXIT_INTERNAL
