@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -37,28 +38,54 @@ class RunResult:
         return f"{self.error}\n{self.log}" if self.error else self.log
 
 
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::|$)")
+
+
+def python_exception(output: str) -> str:
+    """The exception type of the last Python traceback in a command's output ('' when there is none): a check
+    that crashes (a missing data file) exits 1 as a failing check may, yet it is another failure."""
+    start = output.rfind(PYTHON_TRACEBACK)
+    if start < 0:
+        return ""
+    for line in output[start + len(PYTHON_TRACEBACK):].splitlines():
+        if line.strip() and not line[0].isspace():  # the frames are indented; the exception line is not
+            match = _EXCEPTION_LINE.match(line)
+            return match.group(1) if match else "?"
+    return "?"
+
+
 @dataclass(frozen=True)
 class Signature:
-    """How a model fails. Two failures are the same when kind and detail agree; the failing outputs may
-    differ, since cutting a graph renames which tensor is an output."""
+    """How a model fails. Two failures are the same when kind and detail agree, and the Python exception a
+    command's output ended with (if both recorded one); the failing outputs may differ, since cutting a graph
+    renames which tensor is an output."""
 
     kind: str  # "nan" | "tolerance" | "error" | "crash" | "timeout" | "command"
     detail: str = ""
     outputs: tuple[str, ...] = ()
+    exception: str | None = None  # a command's: its last traceback's exception type, "" none; None: not recorded
 
     def same_failure(self, other: Signature | None) -> bool:
-        return other is not None and self.kind == other.kind and self.detail == other.detail
+        if other is None or self.kind != other.kind or self.detail != other.detail:
+            return False
+        # a signature recorded before exceptions were part of it says nothing about them
+        return self.exception is None or other.exception is None or self.exception == other.exception
 
     def to_json(self) -> dict:
-        return {**asdict(self), "outputs": list(self.outputs)}
+        data = {"kind": self.kind, "detail": self.detail, "outputs": list(self.outputs)}
+        if self.exception is not None:
+            data["exception"] = self.exception
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Signature:
-        return cls(data["kind"], data.get("detail", ""), tuple(data.get("outputs", ())))
+        return cls(data["kind"], data.get("detail", ""), tuple(data.get("outputs", ())), data.get("exception"))
 
     def __str__(self) -> str:
         where = f" in {', '.join(self.outputs[:3])}" if self.outputs else ""
-        return f"{self.kind}{' (' + self.detail + ')' if self.detail else ''}{where}"
+        details = [d for d in (self.detail, f"Python {self.exception}" if self.exception else "") if d]
+        return f"{self.kind}{' (' + ', '.join(details) + ')' if details else ''}{where}"
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oracles.base import LOG_TAIL_CHARS, CheckJob, Signature, Verdict, signal_name
+from oracles.base import LOG_TAIL_CHARS, CheckJob, Signature, Verdict, python_exception, signal_name
 from reducer.candidate import save_model
 from reducer.errors import UsageError
 
@@ -110,7 +110,9 @@ class CommandOracle:
         if code < 0:
             return Verdict(True, Signature("crash", signal_name(-code)), f"killed by {signal_name(-code)}", output)
         detail = f"matched /{'/, /'.join(matched)}/" if matched else f"exit code {code}"
-        return Verdict(True, Signature("command", detail), detail, output)
+        exception = python_exception(output)  # a crash of the check itself is not the failure it checks for
+        reason = detail + (f"; the check raised {exception}" if exception else "")
+        return Verdict(True, Signature("command", detail, exception=exception), reason, output)
 
 
 class CheckCancelled(RuntimeError):

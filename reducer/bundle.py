@@ -4,8 +4,10 @@ replay it without our tool; and `bundle verify`, which replays one with it."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -18,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import external_data_helper
 
 from oracles.base import CheckJob, Signature, Verdict
-from oracles.command import POLYGRAPHY_ARTIFACT
-from reducer import environment
+from reducer import bundle_files, environment
 from reducer.driver import MINIMAL
-from reducer.errors import ReducerError, UsageError
+from reducer.errors import BadModelError, ReducerError, UsageError
 from reducer.repro import ReproFacts, family_of
 
 BUNDLE_DIR = "bundle"
@@ -34,7 +36,7 @@ MAX_MEMBERS = 10_000
 MAX_UNPACKED_BYTES = 4 << 30
 MAX_RATIO = 500  # unpacked / packed, for members above a few MB: a zip bomb
 LOG_CHARS = 64_000
-SHIPPED_FILE_MAX_BYTES = 1 << 20
+TRUST_FLAG = "--trust-bundle-command"
 
 # exit codes of `bundle verify`
 REPRODUCED, NOT_REPRODUCED, CANNOT_RUN = 0, 1, 2
@@ -95,12 +97,14 @@ class Scrubber:
 
 
 # -- writing -------------------------------------------------------------------------------------------
-def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | None = None) -> BundleResult:
+def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | None = None,
+                ship: list[str] = (), exclude: list[str] = ()) -> BundleResult:
     """Build OUT/bundle/ and OUT/bundle.zip from an output directory. `observed`: the reduction's final
     re-check of minimal.onnx (verdict, target outputs), shown as it is; else the target runs once more,
-    with `oracle`, the reduction's own and warm, or one built from report.json's oracle options."""
+    with `oracle`, the reduction's own and warm, or one built from report.json's oracle options.
+    `ship`/`exclude`: files to ship with a check command, or not, besides report.json's bundle_options."""
     started = time.perf_counter()
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).absolute()  # the check runs in a folder of its own: {model} must not be relative
     report = _read_json(out_dir / "report.json", f"{out_dir}: no report.json (not an onnx-reduce output directory)")
     if not (out_dir / MINIMAL).is_file() or not (out_dir / "minimal_inputs.npz").is_file():
         raise UsageError(f"{out_dir}: no minimal.onnx and minimal_inputs.npz to bundle (status: "
@@ -122,8 +126,10 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
 
     runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
     target_model, target_note = _target_model(options, runner_spec, model, staging)
+    shipping = _ship(options, report.get("bundle_options") or {}, ship, exclude, staging, scrub)
+    run_options = options  # the check as it ran here; the bundle's names the shipped copies
     if options.get("check_command"):
-        options["check_command"] = _ship_command_files(options["check_command"], staging)
+        options = {**options, "check_command": shipping.pop("command")}
     facts = ReproFacts(options, runner_spec, target_model, report.get("signature"),
                        {name: list(value.shape) for name, value in feeds.items()})
     family = family_of(facts)
@@ -145,7 +151,7 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
             verdict, observed = observed
         else:
             own = oracle is None
-            oracle = oracle or _build_oracle(options)
+            oracle = oracle or _build_oracle(run_options)
             try:
                 verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
             finally:
@@ -176,7 +182,9 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
         draw_reduction(history, report.get("nodes_before", len(model.graph.node)), len(model.graph.node),
                        report.get("checks", 0), staging / "reduction.png")
 
-        bundle_report = scrub.value({**{k: v for k, v in report.items() if k != "bundle"}, "oracle_options": options})
+        private = ("bundle", "bundle_options")  # the latter: this machine's paths, as given
+        bundle_report = scrub.value({**{k: v for k, v in report.items() if k not in private},
+                                     "oracle_options": options})
         bundle_report["model"] = scrub.argument(str(report.get("model", "")))
         if "command_line" in bundle_report:
             bundle_report["command_line"] = [scrub.argument(a) for a in report["command_line"]]
@@ -187,6 +195,7 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
             "target_model": target_model,
             "target_model_note": target_note,
             "repro_self_check": _finish_repro(self_check, staging, scrub, options) if self_check else None,
+            **shipping,
         })
         _write_reports(staging, bundle_report, env, None)
     except BaseException:  # a bundle that fails midway leaves no repro.py running behind it
@@ -327,30 +336,27 @@ def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, stagi
     return "target.onnx", f"target.onnx is minimal.onnx {what}"
 
 
-def _ship_command_files(command: list[str], staging: Path) -> list[str]:
-    """Small text files the check command names (its script, a config) travel in the bundle, and the
-    command names them as {bundle}/NAME: it then runs wherever the bundle is unpacked."""
-    shipped = []
-    for position, arg in enumerate(command):
-        path = Path(arg)
-        if position == 0 or arg.startswith("-") or "{" in arg or not path.is_file():
-            shipped.append(arg)
-            continue
-        try:
-            text = path.read_bytes()
-            text.decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            shipped.append(arg)
-            continue
-        if len(text) > SHIPPED_FILE_MAX_BYTES or path.name == POLYGRAPHY_ARTIFACT:
-            shipped.append(arg)
-            continue
-        from reducer.bundle_report import FILES
+def _ship(options: dict, recorded: dict, ship: list[str], exclude: list[str], staging: Path,
+          scrub: Scrubber) -> dict:
+    """The check command's files into the bundle: its script, and the files asked for with --ship (recorded
+    by the reduction, plus `ship` now), less those excluded. Returns report.json's `shipped` and
+    `not_shipped`, and the command naming the shipped copies as {bundle}/NAME."""
+    command = list(options.get("check_command") or [])
+    if not command:
+        if ship or exclude:
+            raise UsageError("--ship and --exclude apply to --check commands only")
+        return {}
+    ship_now, exclude_now = set(map(os.path.realpath, ship)), set(map(os.path.realpath, exclude))
+    ships = [p for p in recorded.get("ship", []) if os.path.realpath(p) not in exclude_now] + list(ship)
+    excludes = [p for p in recorded.get("exclude", []) if os.path.realpath(p) not in ship_now] + list(exclude)
+    from reducer.bundle_report import FILES
 
-        name = path.name if path.name not in FILES else "check_" + path.name  # never one of the bundle's own
-        (staging / name).write_bytes(text)
-        shipped.append("{bundle}/" + name)
-    return shipped
+    shipped, left = bundle_files.plan(command, ships, excludes, set(FILES) | {"work"})
+    for item in shipped:
+        (staging / item.name).write_bytes(item.data)
+    return {"command": bundle_files.shipped_command(command, shipped),
+            "shipped": [item.to_json(scrub.argument(str(item.source))) for item in shipped],
+            "not_shipped": [{"file": scrub.argument(path), "why": why} for path, why in left]}
 
 
 def _start_repro(staging: Path) -> tuple[subprocess.Popen, float]:
@@ -450,16 +456,17 @@ def _zip(folder: Path, zip_path: Path) -> int:
 
 
 # -- verifying -----------------------------------------------------------------------------------------
-def verify_bundle(path: Path) -> tuple[int, str]:
-    """Replay a bundle (folder or .zip) with its recorded oracle: (exit code, one line)."""
+def verify_bundle(path: Path, trust_command: bool = False) -> tuple[int, str]:
+    """Replay a bundle (folder or .zip) with its recorded oracle: (exit code, one line). A bundle is data from
+    a stranger: its check command (and the scripts shipped with it) runs only with `trust_command`."""
     path = Path(path)
     if not path.exists():
         raise BadBundleError(f"{path}: no such file or directory")
     if path.is_dir():
-        return _replay(_bundle_root(path))
+        return _replay(_bundle_root(path), trust_command)
     with tempfile.TemporaryDirectory(prefix="onnx-reduce-verify-") as scratch:
         safe_extract(path, Path(scratch))
-        return _replay(_bundle_root(Path(scratch)))
+        return _replay(_bundle_root(Path(scratch)), trust_command)
 
 
 def _bundle_root(folder: Path) -> Path:
@@ -532,30 +539,33 @@ def _copy_limited(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path,
         raise BadBundleError(f"{zip_path}: member {info.filename!r} cannot be read ({exc})") from None
 
 
-def _replay(root: Path) -> tuple[int, str]:
+def _replay(root: Path, trust_command: bool) -> tuple[int, str]:
     report = _read_json(root / "report.json", f"{root}: not a bundle (no report.json)")
-    options = report.get("oracle_options")
-    if not isinstance(options, dict):
-        raise BadBundleError(f"{root}/report.json: no oracle_options")
+    if not isinstance(report, dict):
+        raise BadBundleError(f"{root}/report.json: not a JSON object")
+    options = _checked_options(report.get("oracle_options"))
+    recorded = _checked_signature(report.get("signature"))
     for name in ("minimal.onnx", "inputs.npz", "reference_outputs.npz"):
         if not (root / name).is_file():
             raise BadBundleError(f"{root}: not a complete bundle (no {name})")
-    if options.get("check_command"):  # files shipped with the command are in this bundle
+    if options["check_command"]:
+        if not trust_command:
+            return CANNOT_RUN, (f"refusing to run the bundle's check command: {_one_line(options['check_command'])} "
+                                f"(code from the bundle, it would run as you; read it, then pass {TRUST_FLAG} "
+                                "to run it)")
+        # the files shipped with the command are in this bundle
         options = {**options, "check_command": [a.replace("{bundle}", str(root)) for a in options["check_command"]]}
     reason = _cannot_run_reason(options)
     if reason:
         return CANNOT_RUN, f"cannot run here: {reason}"
+    model = _load_bundled_model(root)
     try:
-        model = onnx.load(str(root / "minimal.onnx"))
-        onnx.checker.check_model(model)
         with np.load(root / "inputs.npz", allow_pickle=False) as data:
             feeds = {name: np.asarray(data[name]) for name in data.files}
         with np.load(root / "reference_outputs.npz", allow_pickle=False) as data:
             reference = {name: np.asarray(data[name]) for name in data.files}
     except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        raise BadBundleError(f"{root}: cannot read the bundle's model or arrays ({first})") from None
-    recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
+        raise BadBundleError(f"{root}: cannot read the bundle's arrays ({_first_line(exc)})") from None
     try:
         oracle = _build_oracle(options)
     except UsageError as exc:
@@ -569,8 +579,102 @@ def _replay(root: Path) -> tuple[int, str]:
         return REPRODUCED, f"reproduced: {verdict.signature} - {verdict.reason}"
     if verdict.failing:
         return NOT_REPRODUCED, (f"not reproduced: it fails differently ({verdict.signature}, recorded: {recorded}) "
-                                f"- {verdict.reason}")
-    return NOT_REPRODUCED, f"not reproduced: {verdict.reason}"
+                                f"- {_first_line(verdict.reason)}")
+    return NOT_REPRODUCED, f"not reproduced: {_first_line(verdict.reason)}"
+
+
+def _first_line(text) -> str:
+    return (str(text).strip().splitlines() or [type(text).__name__])[0][:300]
+
+
+def _one_line(command: list[str]) -> str:
+    """A command from a bundle, shown on one line as it is: control characters escaped, its length capped."""
+    text = shlex.join(command)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def _load_bundled_model(root: Path) -> onnx.ModelProto:
+    """minimal.onnx, with external data read only from inside the bundle's folder."""
+    from reducer.model import _check_external_data
+
+    try:
+        model = onnx.load(str(root / "minimal.onnx"), load_external_data=False)
+        _check_external_data(model, root)
+        external_data_helper.load_external_data_for_model(model, str(root))
+        onnx.checker.check_model(model)
+    except BadModelError as exc:
+        raise BadBundleError(f"{root}/minimal.onnx: {exc}") from None
+    except Exception as exc:
+        raise BadBundleError(f"{root}: cannot read the bundle's model ({_first_line(exc)})") from None
+    return model
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_str_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000
+
+
+# what each oracle option of a bundle's report.json must be: it is untrusted data
+OPTION_RULES = {
+    "runner": (lambda v: isinstance(v, str), "a string"),
+    "fail_on": (lambda v: v in ("nan", "tolerance", "error"), "one of nan, tolerance, error"),
+    "atol": (lambda v: _is_number(v) and v >= 0, "a finite number, 0 or more"),
+    "rtol": (lambda v: _is_number(v) and v >= 0, "a finite number, 0 or more"),
+    "fail_regex": (_is_str_list, "a list of strings"),
+    "ignore_fail_regex": (_is_str_list, "a list of strings"),
+    "fail_code": (lambda v: isinstance(v, list) and all(_is_number(c) and isinstance(c, int) for c in v),
+                  "a list of integers"),
+    "ignore_fail_code": (lambda v: isinstance(v, list) and all(_is_number(c) and isinstance(c, int) for c in v),
+                         "a list of integers"),
+    "check_command": (lambda v: _is_str_list(v) and (not v or bool(v[0])), "a list of strings"),
+    "check_timeout": (lambda v: _is_number(v) and v > 0, "a finite number above 0"),
+    "faithful_max": (lambda v: v is None or (_is_number(v) and v > 0), "null or a finite number above 0"),
+    "jobs": (lambda v: v is None or _is_count(v), "null or an integer from 1 to 1000"),
+    "repeat": (_is_count, "an integer from 1 to 1000"),
+    "min_fails": (_is_count, "an integer from 1 to 1000"),
+}
+
+
+def _checked_options(options) -> dict:
+    """report.json's oracle_options, each one of the types it must have (missing ones take their defaults)."""
+    from reducer.options import OracleOptions
+
+    if not isinstance(options, dict):
+        raise BadBundleError("report.json: oracle_options is missing or not an object")
+    checked = {}
+    for name, default in vars(OracleOptions()).items():
+        if name not in OPTION_RULES:  # an option no rule checks yet: its default, never the bundle's value
+            checked[name] = default
+            continue
+        value = options.get(name, default)
+        rule, words = OPTION_RULES[name]
+        if not rule(value):
+            raise BadBundleError(f"report.json: oracle_options.{name} must be {words}, not {_shown(value)}")
+        checked[name] = value
+    return checked
+
+
+def _checked_signature(data) -> Signature | None:
+    if data is None:
+        return None
+    valid = (isinstance(data, dict) and isinstance(data.get("kind"), str) and isinstance(data.get("detail", ""), str)
+             and _is_str_list(data.get("outputs", [])) and isinstance(data.get("exception", ""), (str, type(None))))
+    if not valid:
+        raise BadBundleError(f"report.json: signature must be an object with a string kind, not {_shown(data)}")
+    return Signature.from_json(data)
 
 
 def _cannot_run_reason(options: dict) -> str | None:

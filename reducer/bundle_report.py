@@ -61,7 +61,9 @@ def _cell(text: str) -> str:
 def _signature_text(signature: dict | None) -> str:
     if not signature:
         return "no failure recorded"
-    detail = f" ({signature['detail']})" if signature.get("detail") else ""
+    details = [d for d in (signature.get("detail"), signature.get("exception") and f"Python {signature['exception']}")
+               if d]
+    detail = f" ({', '.join(details)})" if details else ""
     where = ", ".join(f"`{o}`" for o in signature.get("outputs", [])[:3])
     return f"{signature['kind']}{detail}" + (f" in {where}" if where else "")
 
@@ -166,6 +168,9 @@ def render_markdown(report: dict, env: dict) -> str:
               "polygraphy run (or the recorded check command)",
               "onnx-reduce bundle verify bundle.zip   # with onnx-reduce: 0 reproduced, 1 not, 2 cannot run here",
               "```"]
+    if options.get("check_command"):
+        lines += ["", "The check command is code: `bundle verify` runs it only with `--trust-bundle-command`, "
+                      "once you have read repro.sh and the shipped files below."]
     self_check = report.get("repro_self_check")
     if self_check:
         verb = "reproduced" if self_check.get("reproduced") else "did NOT reproduce"
@@ -237,4 +242,19 @@ def render_markdown(report: dict, env: dict) -> str:
     lines += ["", "## Files", ""]
     present = set(report.get("files") or [])
     lines += [f"- `{name}`: {text}" for name, text in FILES.items() if name in present]
+    lines += _shipped_lines(report.get("shipped") or [], report.get("not_shipped") or [])
     return "\n".join(lines) + "\n"
+
+
+def _shipped_lines(shipped: list[dict], not_shipped: list[dict]) -> list[str]:
+    """The check command's files: those in the bundle (the command runs these copies), and those it names
+    that were left out on purpose; a reader who cannot reproduce looks here first."""
+    lines = []
+    if shipped:
+        lines += ["", "Shipped with the check command, which runs these copies (`{bundle}/NAME`):", ""]
+        lines += [f"- `{_cell(item['name'])}`: {item['why']}, {item['bytes']} bytes, sha256 `{item['sha256']}`"
+                  for item in shipped]
+    if not_shipped:
+        lines += ["", "**Not shipped** (the check command may need them to reproduce):", ""]
+        lines += [f"- `{_cell(item['file'])}`: {item['why']}" for item in not_shipped]
+    return lines

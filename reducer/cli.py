@@ -84,6 +84,13 @@ def output_option(required: bool):
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+shipping_options = _compose(
+    click.option("--ship", "ship", multiple=True, metavar="FILE",
+                 help="Ship FILE in the bundle with the --check command (a data file its script reads); the "
+                 "command names the copy. Of the files the command names, only its script ships by default."),
+    click.option("--exclude", "exclude", multiple=True, metavar="FILE",
+                 help="Do not ship FILE in the bundle, not even the check's script."),
+)
 
 
 def _input_options(kwargs) -> InputOptions:
@@ -164,10 +171,11 @@ def cli() -> None:
               "with its nodes computed exactly stops failing), so that a node failing alone by rounding is not "
               "the repro. "
               "Turn it off for a --check command that tests a build error.")
+@shipping_options
 @json_option
 @click.pass_context
 def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithful, minimal, no_cause_check,
-           as_json, **kwargs) -> None:
+           ship, exclude, as_json, **kwargs) -> None:
     if max_checks is not None and max_checks < 2:
         raise UsageError("--max-checks must be at least 2 (the whole model is checked first and the result last)")
     if time_limit is not None and not time_limit > 0:
@@ -180,10 +188,19 @@ def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithf
     inputs, oracle = _input_options(kwargs), _oracle_options(kwargs, check_command)
     oracle.jobs = jobs
     check_names(names)
+    from reducer import bundle_files
+
+    if (ship or exclude) and not check_command:
+        raise UsageError("--ship and --exclude apply to --check commands only")
+    bundle_options = bundle_files.bundle_options(ship, exclude)
     out_dir = _output_dir(output)
     from reducer.options import build_oracle
 
     warm = build_oracle(oracle)  # its workers import their runtime while the rest of the reducer loads
+    warning = bundle_files.python_exit_warning(check_command, oracle.fail_code, oracle.ignore_fail_code,
+                                               oracle.fail_regex)
+    if warning:
+        click.echo(f"onnx-reduce: warning: {warning}", err=True)
     try:
         from reducer.driver import Limits
         from reducer.progress import make_progress
@@ -196,7 +213,7 @@ def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithf
     try:
         report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress,
                                     ctx.obj.get("argv"), Limits(max_checks, time_limit, not minimal), warm,
-                                    cause_check=not no_cause_check)
+                                    cause_check=not no_cause_check, bundle_options=bundle_options)
     finally:
         getattr(progress, "stop", lambda: None)()
     if as_json:
@@ -252,14 +269,18 @@ def bundle() -> None:
 
 
 @bundle.command("make", help="(Re)build OUT_DIR/bundle/ and OUT_DIR/bundle.zip from a reduction's output "
-                "directory; runs the target once more on the minimal model.")
+                "directory; runs the target once more on the minimal model. --ship/--exclude add to those the "
+                "reduction was given.")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-def bundle_make(out_dir: Path) -> None:
+@shipping_options
+def bundle_make(out_dir: Path, ship, exclude) -> None:
     from reducer.bundle import make_bundle
+    from reducer.bundle_files import bundle_options
 
     if not out_dir.is_dir():
         raise UsageError(f"{out_dir}: no such directory")
-    result = make_bundle(out_dir)
+    shipping = bundle_options(ship, exclude)
+    result = make_bundle(out_dir, ship=shipping["ship"], exclude=shipping["exclude"])
     if result.warning:
         click.echo(f"onnx-reduce: warning: {result.warning}", err=True)
     state = "reproduced" if result.reproduced else "NOT reproduced"
@@ -268,13 +289,18 @@ def bundle_make(out_dir: Path) -> None:
 
 
 @bundle.command("verify", help="Replay BUNDLE (a bundle folder or .zip) with its recorded oracle on its inputs. "
-                "Exit 0: reproduced; 1: not reproduced; 2: cannot run here (runner missing) or not a bundle.")
+                "Exit 0: reproduced; 1: not reproduced; 2: cannot run here (runner missing), not a bundle, or "
+                "a check command not trusted. A bundle's check command is never run without "
+                "--trust-bundle-command: it prints the command and exits 2.")
 @click.argument("bundle_path", metavar="BUNDLE", type=click.Path(path_type=Path))
+@click.option("--trust-bundle-command", "trust_command", is_flag=True,
+              help="Run the check command recorded in the bundle, and the scripts shipped with it: code from "
+              "whoever made the bundle, run as you. Read it first (report.md, repro.sh).")
 @click.pass_context
-def bundle_verify(ctx, bundle_path: Path) -> None:
+def bundle_verify(ctx, bundle_path: Path, trust_command: bool) -> None:
     from reducer.bundle import verify_bundle
 
-    code, line = verify_bundle(bundle_path)
+    code, line = verify_bundle(bundle_path, trust_command)
     click.echo(line)
     ctx.exit(code)
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -273,8 +273,7 @@ class Reduction:
         built = pending.built
         if built.observed and verdict.signature:  # name the tensors, not the Identity outputs showing them
             signature = verdict.signature
-            verdict.signature = type(signature)(signature.kind, signature.detail,
-                                                tuple(built.reference_name(o) for o in signature.outputs))
+            verdict.signature = replace(signature, outputs=tuple(built.reference_name(o) for o in signature.outputs))
         return verdict
 
     @cached_property

@@ -36,6 +36,11 @@ class ReproFacts:
         return int(match.group(1)) if match else None
 
     @property
+    def exception(self) -> str | None:
+        """The Python exception the recorded command failure ended with ('' none; None: not recorded)."""
+        return (self.signature or {}).get("exception")
+
+    @property
     def family(self) -> str:
         return "command" if self.options.get("check_command") else self.runner.split(":", 1)[0]
 
@@ -140,6 +145,7 @@ def command_repro_py(facts: ReproFacts) -> str:
         "IGNORE_FAIL_REGEX": list(options.get("ignore_fail_regex", [])),
         "TIMEOUT": float(options.get("check_timeout", 300.0)),
         "RECORDED_EXIT_CODE": facts.exit_code,
+        "RECORDED_EXCEPTION": facts.exception,
     })
 
 

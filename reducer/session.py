@@ -136,6 +136,7 @@ def reduce_model(
     limits: Limits | None = None,
     oracle: Oracle | None = None,
     cause_check: bool = True,
+    bundle_options: dict | None = None,
 ) -> tuple[dict, int]:
     """The whole job; returns the report and the exit code. Ctrl-C keeps the best model so far, and so
     does reaching a limit (exit 0 all the same: the model is reduced and re-checked, if not minimal).
@@ -166,6 +167,7 @@ def reduce_model(
         "nodes_before": len(model),
         "nodes_after": len(model),
         "command_line": command_line,
+        "bundle_options": bundle_options or {},  # --ship/--exclude: what the bundle takes with a check command
     }
     code = errors.EXIT_INTERRUPTED
     try:

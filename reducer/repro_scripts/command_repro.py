@@ -25,11 +25,13 @@ FAIL_REGEX = []  # with them, only output matching one of these counts as failin
 IGNORE_FAIL_REGEX = []
 TIMEOUT = 300.0
 RECORDED_EXIT_CODE = None  # the exit code the failure had: another failing code is another failure
+RECORDED_EXCEPTION = None  # its last Python traceback's exception type ("": none): a crash is another failure
 MODEL = "minimal.onnx"
 INPUTS_JSON = "inputs.json"
 # --- end of settings ---
 
 HERE = Path(__file__).resolve().parent
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def failed(code: int, output: str) -> bool:
@@ -40,6 +42,18 @@ def failed(code: int, output: str) -> bool:
     if FAIL_CODES:
         return code in FAIL_CODES and (not FAIL_REGEX or matched)
     return code != 0 if not FAIL_REGEX else matched
+
+
+def raised(output: str) -> str:
+    """The exception type of the last Python traceback in the output, "" when there is none."""
+    start = output.rfind(TRACEBACK)
+    if start < 0:
+        return ""
+    for line in output[start + len(TRACEBACK):].splitlines():
+        if line.strip() and not line[0].isspace():  # the frames are indented; the exception line is not
+            match = re.match(r"([A-Za-z_][\w.]*)(?::|$)", line)
+            return match.group(1) if match else "?"
+    return "?"
 
 
 def main() -> int:
@@ -68,6 +82,11 @@ def main() -> int:
     if failed(done.returncode, output):
         if RECORDED_EXIT_CODE is not None and done.returncode != RECORDED_EXIT_CODE:
             print(f"NOT REPRODUCED: it fails differently (exit code {done.returncode}, recorded {RECORDED_EXIT_CODE})")
+            return 0
+        exception = raised(output)
+        if RECORDED_EXCEPTION is not None and exception != RECORDED_EXCEPTION:
+            print(f"NOT REPRODUCED: it fails differently (Python {exception or 'no exception'}, recorded "
+                  f"{RECORDED_EXCEPTION or 'no exception'}): a file the check needs may be missing from the bundle")
             return 0
         print(f"REPRODUCED: exit code {done.returncode}")
         return 1
