@@ -91,6 +91,7 @@ def _save(path: Path, array: np.ndarray) -> None:
         with open(path, "wb") as handle:
             np.lib.format.write_array(_PlainWriter(handle), array, allow_pickle=False)
     except OSError as exc:
+        path.unlink(missing_ok=True)  # half a tensor is of no use, and a full disk wants its room back
         if exc.filename is not None or exc.errno is None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from None  # which file the disk could not take

@@ -26,8 +26,9 @@ OWN_NAMES = (LOCK, "activations", "work", "cache.jsonl", PREVIOUS, *RESULTS)
 OWN_FOLDERS = ("activations", "work", "bundle", PREVIOUS)
 # a write went through a temporary name (then an atomic rename): what is left under one is debris
 DEBRIS = ("*.tmp", "*.tmp.npz")
-# errors of the machine, not of the model nor of ours
-ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG}
+# errors of the machine, not of the model nor of ours: no room, no permission
+NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+ENVIRONMENT_ERRNOS = {*NO_ROOM, errno.EACCES}
 _WORKER_OSERROR = re.compile(r"\[Errno (\d+)\] ([^:']+)(?:: '([^']*)')?")
 
 
@@ -128,7 +129,10 @@ def move_previous_results(out_dir: Path) -> None:
     if not found:
         return
     previous = out_dir / PREVIOUS
-    shutil.rmtree(previous, ignore_errors=True)
+    if previous.is_dir():
+        shutil.rmtree(previous)
+    else:
+        previous.unlink(missing_ok=True)
     previous.mkdir()
     for name in found:
         os.replace(out_dir / name, previous / name)
@@ -151,8 +155,7 @@ def environment_error(exc: OSError, out_dir: Path) -> OutputError | None:
     path, not blamed on the model nor taken for a bug. None for other errors."""
     if exc.errno not in ENVIRONMENT_ERRNOS:
         return None
-    where = exc.filename or out_dir
-    return OutputError(f"cannot write {where}: {exc.strerror or os.strerror(exc.errno)}")
+    return _said(exc.errno, exc.strerror or os.strerror(exc.errno), exc.filename or out_dir)
 
 
 def environment_error_in(text: str, where: Path) -> OutputError | None:
@@ -160,4 +163,8 @@ def environment_error_in(text: str, where: Path) -> OutputError | None:
     found = _WORKER_OSERROR.search(text)
     if not found or int(found.group(1)) not in ENVIRONMENT_ERRNOS:
         return None
-    return OutputError(f"cannot write {found.group(3) or where}: {found.group(2).strip()}")
+    return _said(int(found.group(1)), found.group(2).strip(), found.group(3) or where)
+
+
+def _said(number: int, cause: str, where) -> OutputError:
+    return OutputError(f"cannot {'write' if number in NO_ROOM else 'access'} {where}: {cause}")

@@ -188,6 +188,21 @@ def test_a_final_recheck_killed_from_outside_is_not_cached(work, tmp_path_factor
     assert report["final"]["failing"] and report["strategies"]["reverify"]["checks"] == 1
 
 
+def test_killed_verdicts_an_older_version_cached_are_not_read_back(work):
+    """A cache file whose lines say "killed by SIGKILL" (what older versions kept) is no answer: checked again."""
+    args = ("reduce", "models/fail.onnx", "-o", "out", *STORAGE)
+    assert run_cli(work, *args).returncode == errors.EXIT_REDUCED
+    cache = work / "out" / "cache.jsonl"
+    killed = {"failing": True, "signature": {"kind": "crash", "detail": "SIGKILL", "outputs": []},
+              "reason": "the runner's process died: killed by SIGKILL"}
+    lines = [json.loads(line) for line in cache.read_text().splitlines()]
+    cache.write_text("".join(json.dumps({**entry, "verdict": killed}) + "\n" for entry in lines))
+    again = run_cli(work, *args)
+    assert again.returncode == errors.EXIT_REDUCED, again.stderr
+    report = report_of(work / "out")
+    assert report["cache_hits"] == 0 and report["original"]["failing"]
+
+
 def test_an_identical_rerun_checks_the_final_model_again(work):
     args = ("reduce", "models/fail.onnx", "-o", "out", *STORAGE)
     assert run_cli(work, *args).returncode == errors.EXIT_REDUCED
@@ -239,6 +254,13 @@ def test_a_symlink_planted_in_the_output_folder_is_refused(work, name, kind):
                             mentions=(name, "symbolic link"))
     assert "refused" in line
     assert link.is_symlink()  # left as it was: the user decides
+
+
+def test_a_check_into_a_folder_with_a_planted_symlink_is_refused(work):
+    (work / "elsewhere").write_text("the user's own file\n")
+    (work / "out").mkdir()
+    (work / "out" / "cache.jsonl").symlink_to(work / "elsewhere")
+    assert_bad_input(work, "check", "models/fail.onnx", "-o", "out", *STORAGE, mentions=("cache.jsonl", "symbolic"))
 
 
 def test_the_output_folder_itself_may_be_a_symlink(work):
@@ -335,6 +357,7 @@ def test_a_file_that_cannot_be_written_is_named_not_blamed_on_the_model(work, ro
     assert lines[0].startswith("onnx-reduce: error: cannot write"), lines[0]
     assert "File too large" in lines[0] and "out" in lines[0]
     assert "reference run" not in lines[0] and "internal error" not in lines[0]
+    assert not (work / "out" / "activations" / "000001.npy").exists()  # no half-written tensor left
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any permission bits")
@@ -347,5 +370,5 @@ def test_an_unwritable_activation_store_is_named(work):
     finally:
         store.chmod(0o700)
     assert done.returncode == errors.EXIT_BAD_INPUT, done.stderr
-    assert "cannot write" in done.stderr and "Permission denied" in done.stderr
+    assert "cannot access" in done.stderr and "Permission denied" in done.stderr
     assert "reference run" not in done.stderr
