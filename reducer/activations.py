@@ -69,13 +69,32 @@ class ActivationStore:
         for number, (name, array) in enumerate(arrays):
             array = np.asarray(array)
             file = f"{number:06d}.npy"
-            np.save(root / file, array, allow_pickle=False)
+            _save(root / file, array)
             records[name] = _describe(file, array)
         index = {"key": key, "tensors": {n: {**r.__dict__, "shape": list(r.shape)} for n, r in records.items()}}
         tmp = root / "index.json.tmp"
         tmp.write_text(json.dumps(index))
         os.replace(tmp, root / "index.json")
         return cls(root, records, key)
+
+
+class _PlainWriter:
+    """A file numpy does not recognise as one: it then writes through Python, whose errors name their cause
+    (ENOSPC, EFBIG, EACCES); its own fast path says only "N requested and M written" when the disk fills."""
+
+    def __init__(self, handle):
+        self.write = handle.write
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    try:
+        with open(path, "wb") as handle:
+            np.lib.format.write_array(_PlainWriter(handle), array, allow_pickle=False)
+    except OSError as exc:
+        path.unlink(missing_ok=True)  # half a tensor is of no use, and a full disk wants its room back
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # which file the disk could not take
 
 
 def _describe(file: str, array: np.ndarray) -> TensorRecord:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import re
@@ -15,7 +17,7 @@ from pathlib import Path
 import onnx
 
 from oracles.base import Oracle, Verdict
-from reducer import counterfactual, errors
+from reducer import counterfactual, errors, output_dir
 from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
 from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
@@ -70,12 +72,45 @@ def prepare(
             overlapped.result()  # its error, if any, is the caller's
     finally:  # not waited for on an error or Ctrl-C: closing the oracle stops it
         alongside.shutdown(wait=False)
+    _refuse_unwritable_store(result, store_dir)
     if result.status != "ok":
         hint = f" ({defaulted})" if defaulted else ""
         raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}"
                             + hint)
     store = ActivationStore.open(store_dir, key)
     return model, store
+
+
+def _refuse_unwritable_store(result, store_dir: Path) -> None:
+    """A reference run that could not write the store (a full disk, a read-only folder) is the machine's
+    problem, not the model's: said as such."""
+    unwritable = output_dir.environment_error_in(result.error, store_dir) if result.status != "ok" else None
+    if unwritable is not None:
+        raise unwritable
+
+
+def _in_output_dir(run: Callable) -> Callable:
+    """`run` (a reduction, a check) as the only run writing to its `out_dir` (output_dir.claim: a lock,
+    no planted symbolic links, no debris), with a full disk or an unwritable folder said in one line
+    (exit 2) rather than taken for a bug."""
+
+    @functools.wraps(run)
+    def claimed(*args, **kwargs):
+        arguments = inspect.signature(run).bind(*args, **kwargs).arguments
+        out_dir = arguments["out_dir"]
+        with output_dir.environment_errors_said(out_dir):
+            try:
+                claim = output_dir.claim(out_dir)
+            except BaseException:
+                if arguments.get("oracle") is not None:
+                    arguments["oracle"].close()  # built by the caller, its workers warming up
+                raise
+            try:
+                return run(*args, **kwargs)
+            finally:
+                claim.release()
+
+    return claimed
 
 
 def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
@@ -106,6 +141,7 @@ def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_opt
     return reduction, early.get("verdict")
 
 
+@_in_output_dir
 def check_model(model_path: str, input_options: InputOptions, oracle_options: OracleOptions, out_dir: Path,
                 progress: Progress) -> tuple[Verdict, int]:
     """Run the oracle once on the whole model: `onnx-reduce check`."""
@@ -124,6 +160,7 @@ def write_report(out_dir: Path, report: dict) -> None:
     os.replace(tmp, out_dir / "report.json")
 
 
+@_in_output_dir
 def reduce_model(
     model_path: str,
     input_options: InputOptions,
@@ -147,6 +184,7 @@ def reduce_model(
     started = time.perf_counter()
     try:
         strategies = make_strategies(strategy_names)
+        output_dir.move_previous_results(out_dir)  # a run that finds no failure must not leave an old result
     except BaseException:
         if oracle is not None:
             oracle.close()
