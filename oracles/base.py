@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # only in annotations: the CLI imports this before its worker
 LOG_TAIL_CHARS = 64_000
 
 
+# signals that stop a process from outside; a crash by any other (SIGSEGV, SIGABRT) is the model's doing
+KILLED_FROM_OUTSIDE = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"})
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -98,6 +102,9 @@ class Verdict:
     log: str = ""  # not cached: only kept for the current best
     runs: tuple[int, int] | None = None  # (failing, made) when the oracle repeats runs (--repeat)
     elements: int | None = None  # output elements that fail (NaN/Inf, out of tolerance); None: not counted
+    # False when the check was killed from outside (a user, a shutdown, the OOM killer) or nothing was judged:
+    # a re-run would say something else, so the verdict is never cached (not written to JSON: never kept)
+    lasting: bool = True
 
     @property
     def flaky(self) -> bool:

@@ -78,7 +78,7 @@ class BuiltinOracle:
             raise RunnerUnavailableError(f"runner {self.runner_spec} cannot run here: {result.error}")
         reference = job.reference if job.reference is not None else self._reference(path, job)
         if reference is None:
-            return result, Verdict(False, None, "the reference run of this candidate fails")
+            return result, Verdict(False, None, "the reference run of this candidate fails", lasting=False)
         verdict = self.check.judge(result, reference)
         verdict.log = result.text
         return result, verdict

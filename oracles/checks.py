@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from oracles.base import RunResult, Signature, Verdict
+from oracles.base import KILLED_FROM_OUTSIDE, RunResult, Signature, Verdict
 
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+)")
 
@@ -26,7 +26,8 @@ def runner_failure(result: RunResult, regexes: list[re.Pattern] | None = None) -
         return Verdict(True, Signature("error", detail), _first_line(result.error), result.log)
     killed_by = re.search(r"killed by (SIG\w+|signal \d+)", result.error) if result.status == "crash" else None
     detail = killed_by.group(1) if killed_by else ""
-    return Verdict(True, Signature(result.status, detail), _first_line(result.error), result.log)
+    return Verdict(True, Signature(result.status, detail), _first_line(result.error), result.log,
+                   lasting=detail not in KILLED_FROM_OUTSIDE)
 
 
 class NanCheck:

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from oracles.base import LOG_TAIL_CHARS, CheckJob, Signature, Verdict, python_exception, signal_name
+from oracles.base import (
+    KILLED_FROM_OUTSIDE,
+    LOG_TAIL_CHARS,
+    CheckJob,
+    Signature,
+    Verdict,
+    python_exception,
+    signal_name,
+)
 from reducer.candidate import save_model
 from reducer.errors import UsageError
 
@@ -105,10 +113,12 @@ class CommandOracle:
             failed = code in self.fail_codes and (self.fail_regexes is None or bool(matched))
         else:
             failed = code != 0 if self.fail_regexes is None else bool(matched)
+        killed = code < 0 and signal_name(-code) in KILLED_FROM_OUTSIDE  # says nothing of the candidate
         if not failed:
-            return Verdict(False, None, f"exit code {code}", output)
+            return Verdict(False, None, f"exit code {code}", output, lasting=not killed)
         if code < 0:
-            return Verdict(True, Signature("crash", signal_name(-code)), f"killed by {signal_name(-code)}", output)
+            return Verdict(True, Signature("crash", signal_name(-code)), f"killed by {signal_name(-code)}", output,
+                           lasting=not killed)
         detail = f"matched /{'/, /'.join(matched)}/" if matched else f"exit code {code}"
         exception = python_exception(output)  # a crash of the check itself is not the failure it checks for
         reason = detail + (f"; the check raised {exception}" if exception else "")

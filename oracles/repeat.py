@@ -61,11 +61,12 @@ class RepeatedOracle:
             common = Counter((v.signature.kind, v.signature.detail) for v in failing).most_common(1)[0][0]
             chosen = next(v for v in failing if (v.signature.kind, v.signature.detail) == common)
             runs = (len(failing), len(verdicts))
-            return Verdict(True, chosen.signature, f"{chosen.reason} ({tally})", chosen.log, runs, chosen.elements)
+            return Verdict(True, chosen.signature, f"{chosen.reason} ({tally})", chosen.log, runs, chosen.elements,
+                           lasting=all(v.lasting for v in verdicts))
         shown = failing[0] if failing else verdicts[-1]
         return Verdict(False, None, f"{tally}, fewer than --min-fails {self.min_fails}"
                        + (f"; a failing run said: {shown.reason}" if failing else ""), shown.log,
-                       (len(failing), len(verdicts)))
+                       (len(failing), len(verdicts)), lasting=all(v.lasting for v in verdicts))
 
     def close(self) -> None:
         self.inner.close()

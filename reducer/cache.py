@@ -9,16 +9,13 @@ from pathlib import Path
 
 from oracles.base import Verdict
 
-# a process killed by these was stopped from outside (a user, a shutdown, the OOM killer), not by the model;
-# a command killed so, whose exit code does not count as failing, says "exit code -9"
+# How an older version's cache lines, written before verdicts said whether they last, show a check killed from
+# outside (a command killed so, whose exit code does not count as failing, says "exit code -9"), or none judged.
 _KILLED_FROM_OUTSIDE = re.compile(r"\b(SIGKILL|SIGTERM|SIGINT|SIGHUP|exit code -(9|15|2|1))\b")
-_NO_VERDICT = "the reference run of this candidate fails"  # nothing was compared: no verdict at all
+_NO_VERDICT = "the reference run of this candidate fails"
 
 
-def lasting(verdict: Verdict) -> bool:
-    """Whether a verdict says what a re-run would say again, and so may be cached. A check whose process was
-    killed from outside, or that could not be judged, says nothing about the candidate: a re-run checks it
-    again (a whole model's check killed once must not make every re-run say "not failing")."""
+def _lasting_old_line(verdict: Verdict) -> bool:
     detail = verdict.signature.detail if verdict.signature else ""
     return not _KILLED_FROM_OUTSIDE.search(f"{detail} {verdict.reason}") and not verdict.reason.startswith(
         _NO_VERDICT)
@@ -37,7 +34,7 @@ class VerdictCache:
                     verdict = Verdict.from_json(entry["verdict"])
                 except (ValueError, KeyError, TypeError, AttributeError):
                     continue  # a line cut short by a crash: the rest still counts
-                if lasting(verdict):  # an older version kept killed checks too
+                if _lasting_old_line(verdict):  # an older version kept killed checks too
                     self._verdicts[entry["key"]] = verdict
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a")
@@ -49,8 +46,9 @@ class VerdictCache:
         return self._verdicts.get(self.key(candidate_key))
 
     def put(self, candidate_key: str, verdict: Verdict) -> None:
-        """Keep a verdict, unless it is not `lasting`; never called for the final re-check (Reduction.reverify)."""
-        if not lasting(verdict):
+        """Keep a verdict, unless it does not last (a check killed from outside, or none judged: a re-run checks
+        it again); never called for the final re-check (Reduction.reverify)."""
+        if not verdict.lasting:
             return
         key = self.key(candidate_key)
         self._verdicts[key] = verdict

@@ -322,6 +322,9 @@ def _summary(report: dict, out_dir: Path) -> str:
     if status == "flaky":
         return (f"flaky: {report.get('original', {}).get('reason', '')}; try more --repeat runs or a lower "
                 "--min-fails")
+    if status == "no-verdict":
+        killed = report.get("final") or report.get("original") or {}
+        return f"no verdict: a check was killed from outside ({killed.get('reason', '')}); none is cached: run again"
     if status == "interrupted":
         return f"interrupted after {figures}; {out_dir / 'minimal.onnx'} holds the best so far"
     return f"{status}: {figures}; the final model did not fail again on a re-check (flaky oracle?)"

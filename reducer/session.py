@@ -211,6 +211,9 @@ def reduce_model(
     try:
         original = reduction.start(early)
         report["original"] = {"failing": original.failing, "reason": original.reason}
+        if not original.lasting:  # killed from outside, or nothing judged: it says nothing of the model
+            report["status"], code = "no-verdict", errors.EXIT_INTERNAL
+            return report, code
         if not original.failing or not _is_the_failure_asked_for(original, oracle_options):
             # a failure that shows in some runs only is reported as flaky, not dropped as a pass
             report["status"] = "flaky" if original.runs and original.runs[0] else "not-failing"
@@ -231,6 +234,8 @@ def reduce_model(
             # the default check budget is how the tool reduces, not a limit the user set
             report["status"] = "budget-exhausted" if stopped_by not in (None, "check-budget") else "reduced"
             code = errors.EXIT_REDUCED
+        elif final is not None and not final.lasting:
+            report["status"], code = "no-verdict", errors.EXIT_INTERNAL
         else:
             report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
     except KeyboardInterrupt:

@@ -130,6 +130,8 @@ def test_a_worker_killed_during_the_first_check_is_not_cached(work):
         os.kill(worker, signal.SIGKILL)
     first.communicate(timeout=CLI_TIMEOUT)
     assert "SIGKILL" in report_of(work / "out")["original"]["reason"]  # killed mid-check, as meant
+    # no verdict on the model, not "not failing"
+    assert first.returncode == errors.EXIT_INTERNAL and report_of(work / "out")["status"] == "no-verdict"
 
     again = run_cli(work, *args)
     assert again.returncode == errors.EXIT_REDUCED, again.stderr
@@ -147,8 +149,8 @@ KILL_ON_FIRST_CHECK = ("import os, signal, pathlib, sys\n"
 
 
 @pytest.mark.parametrize("flags, first_code", [
-    (("--fail-regex", "BUG"), errors.EXIT_NOT_FAILING),  # the killed check "passes": no BUG printed
-    ((), errors.EXIT_NOT_REPRODUCED),  # the killed check "crashes": a crash the re-check never shows again
+    (("--fail-regex", "BUG"), errors.EXIT_INTERNAL),  # the killed check printed no BUG: no verdict, not a pass
+    ((), errors.EXIT_INTERNAL),  # the killed check "crashed": no verdict either, not the model's crash
 ], ids=["fail-regex", "any-exit-code"])
 def test_a_check_command_killed_from_outside_is_not_cached(work, tmp_path_factory, flags, first_code):
     scratch = tmp_path_factory.mktemp("check")
@@ -173,15 +175,16 @@ COUNT_AND_KILL_SECOND = ("import os, signal, pathlib, sys\n"
 
 
 def test_a_final_recheck_killed_from_outside_is_not_cached(work, tmp_path_factory):
-    """--max-checks 2: the whole model, then the final re-check, which is killed. The run says not
-    reproduced; an identical re-run checks the final model again and finds it reproduces."""
+    """--max-checks 2: the whole model, then the final re-check, which is killed. The run says it has no
+    verdict (not "not reproduced"); an identical re-run checks the final model again and finds it reproduces."""
     scratch = tmp_path_factory.mktemp("check")
     script = scratch / "check.py"
     script.write_text(COUNT_AND_KILL_SECOND)
     args = ("reduce", "models/fail.onnx", "-o", "out", "--max-checks", "2", "--fail-regex", "BUG", "--check",
             sys.executable, str(script), str(scratch / "count"))
     first = run_cli(work, *args)
-    assert first.returncode == errors.EXIT_NOT_REPRODUCED, first.stderr
+    assert first.returncode == errors.EXIT_INTERNAL, first.stderr
+    assert report_of(work / "out")["status"] == "no-verdict"
     again = run_cli(work, *args)
     assert again.returncode == errors.EXIT_REDUCED, again.stderr
     report = report_of(work / "out")
@@ -277,7 +280,8 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_holder(work, tm
     scratch = tmp_path_factory.mktemp("check")
     slow = scratch / "slow.py"
     slow.write_text("import time, sys; time.sleep(0.3); print('BUG'); sys.exit(1)\n")
-    args = ("reduce", "models/fail.onnx", "-o", "out", "--no-cause-check", "--check", sys.executable, str(slow))
+    args = ("reduce", "models/fail.onnx", "-o", "out", "--no-cause-check", "--fail-regex", "BUG",
+            "--check", sys.executable, str(slow))
     first = start_cli(work, *args)
     try:
         wait_for(work / "out" / "work", first)

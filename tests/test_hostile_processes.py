@@ -180,7 +180,8 @@ def test_an_early_interrupt_is_an_interrupt(work, signal_number, after):
     """While the runtime imports (a KeyboardInterrupt inside a C extension's import becomes an ImportError) and
     while the workers start (in the terminal's group until they have their own session): never a finished run,
     an abort, a worker's traceback or a model blamed."""
-    process = _start(work, "reduce", "chain.onnx", "-o", "out", *FP16_STORAGE, "--minimal", "--strategy", "linear")
+    write_model(work / "long.onnx", chain_model(401))  # seconds of checks: still running when the signal comes
+    process = _start(work, "reduce", "long.onnx", "-o", "out", *FP16_STORAGE, "--minimal", "--strategy", "linear")
     time.sleep(after)
     os.killpg(process.pid, signal_number)  # a terminal's Ctrl-C reaches the whole foreground group
     code = errors.EXIT_TERMINATED if signal_number == signal.SIGTERM else errors.EXIT_INTERRUPTED
