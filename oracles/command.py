@@ -68,6 +68,7 @@ class CommandOracle:
         self.description = "command: " + " ".join(argv)
         self.environment = {"runner": "command", "command": argv}
         identity = {
+            "verdicts": 2,  # what a verdict holds: 2 adds the check's own Python exception to its signature
             "argv": argv,
             "fail_codes": fail_codes,
             "ignore_fail_codes": ignore_fail_codes,

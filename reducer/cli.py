@@ -280,7 +280,13 @@ def bundle_make(out_dir: Path, ship, exclude) -> None:
     if not out_dir.is_dir():
         raise UsageError(f"{out_dir}: no such directory")
     shipping = bundle_options(ship, exclude)
-    result = make_bundle(out_dir, ship=shipping["ship"], exclude=shipping["exclude"])
+    from reducer import output_dir
+
+    claim = output_dir.claim(out_dir)  # a reduction still writing there, or a second `bundle make`: refused
+    try:
+        result = make_bundle(out_dir, ship=shipping["ship"], exclude=shipping["exclude"])
+    finally:
+        claim.release()
     if result.warning:
         click.echo(f"onnx-reduce: warning: {result.warning}", err=True)
     state = "reproduced" if result.reproduced else "NOT reproduced"

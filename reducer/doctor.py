@@ -109,7 +109,10 @@ def machine() -> dict:
     if not info["gpus"]:
         info["no_gpu"] = why_no_gpu()
     try:
-        import onnxruntime
+        from reducer.interrupts import deferred
+
+        with deferred():  # a Ctrl-C meanwhile is raised, not taken for a missing onnxruntime
+            import onnxruntime
 
         info["onnxruntime_providers"] = onnxruntime.get_available_providers()
     except ImportError:

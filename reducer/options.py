@@ -101,16 +101,12 @@ def _regexes(patterns: list[str], flag: str) -> list[re.Pattern]:
 def build_oracle(options: OracleOptions) -> Oracle:
     fail_regexes = _regexes(options.fail_regex, "--fail-regex")
     ignore_regexes = _regexes(options.ignore_fail_regex, "--ignore-fail-regex")
-    if options.check_timeout <= 0:
-        raise UsageError("--check-timeout must be positive")
     if options.jobs is not None and options.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if options.jobs is not None:
         options.jobs, why = usable_jobs(options.jobs, _uses_gpu(options))
         if why:
             print(f"onnx-reduce: note: {why}", file=sys.stderr)
-    if options.faithful_max is not None and not options.faithful_max > 0:
-        raise UsageError("--faithful-max must be positive")
     from oracles.repeat import RepeatedOracle, check_repeat
 
     check_repeat(options.repeat, options.min_fails)  # before any worker starts

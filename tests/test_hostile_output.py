@@ -287,9 +287,10 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_holder(work, tm
         wait_for(work / "out" / "work", first)
         second = run_cli(work, *args)
         check = run_cli(work, "check", "models/fail.onnx", "-o", "out", *STORAGE)
+        bundle = run_cli(work, "bundle", "make", "out")  # it would rewrite the bundle under the run
     finally:
         out, err = first.communicate(timeout=CLI_TIMEOUT)
-    for refused in (second, check):
+    for refused in (second, check, bundle):
         lines = [line for line in refused.stderr.splitlines() if line.strip()]
         assert refused.returncode == errors.EXIT_BAD_INPUT, refused.stderr
         assert len(lines) == 1 and lines[0].startswith("onnx-reduce: error:"), refused.stderr
