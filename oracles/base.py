@@ -44,14 +44,17 @@ class RunResult:
 
 PYTHON_TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::|$)")
+_UNCOMPILED = re.compile(r'^  File "[^"\n]*", line \d+\n(?:.*\n){0,4}?(SyntaxError|IndentationError|TabError):',
+                         re.MULTILINE)
 
 
 def python_exception(output: str) -> str:
     """The exception type of the last Python traceback in a command's output ('' when there is none): a check
     that crashes (a missing data file) exits 1 as a failing check may, yet it is another failure."""
     start = output.rfind(PYTHON_TRACEBACK)
-    if start < 0:
-        return ""
+    if start < 0:  # a script that does not compile prints no traceback, only where and why
+        unparsed = _UNCOMPILED.findall(output)
+        return unparsed[-1] if unparsed else ""
     for line in output[start + len(PYTHON_TRACEBACK):].splitlines():
         if line.strip() and not line[0].isspace():  # the frames are indented; the exception line is not
             match = _EXCEPTION_LINE.match(line)

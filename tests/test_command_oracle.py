@@ -321,3 +321,16 @@ def test_a_checks_background_children_end_with_it(job, tmp_path):
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child)
+
+
+def test_a_check_that_does_not_compile_is_its_own_failure(job, tmp_path):
+    """A script with a syntax error exits 1 as a failing check may, but prints no traceback header: its
+    exception still marks the failure, so a candidate (or a bundle replay) that hits it is not the bug."""
+    script = tmp_path / "check.py"
+    script.write_text("import sys\nif True:\n    print('BUG')\n  sys.exit(1\n")
+    broken = _oracle(argv=[sys.executable, str(script)]).judge(job)
+    script.write_text("import sys\nprint('BUG')\nsys.exit(1)\n")
+    meant = _oracle(argv=[sys.executable, str(script)]).judge(job)
+    assert broken.failing and broken.signature.exception in ("SyntaxError", "IndentationError"), broken.reason
+    assert meant.failing and meant.signature.exception == ""
+    assert not broken.signature.same_failure(meant.signature)
