@@ -43,6 +43,7 @@ def _fetch(relative: str, path: Path) -> str:
         return f"corpus model {relative} missing, and fetching it took over {FETCH_TIMEOUT} s"
     if done.returncode == 0 and path.exists():
         return ""
-    lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-    last = lines[-1] if lines else "nothing in corpus/manifest.json fetches it"
+    lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("ERROR")]  # pip's own words, not the command it ran
+    last = (said or lines or ["nothing in corpus/manifest.json fetches it"])[-1]
     return f"corpus model {relative} missing and cannot be fetched (python scripts/fetch_corpus.py): {last[:300]}"
