@@ -623,6 +623,40 @@ def _is_str_list(value) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _backtracks(pattern: str) -> bool:
+    """Whether a regular expression nests one unbounded repeat in another (`(a+)+`, `(.*)*`): on a long log
+    such a pattern can take hours (catastrophic backtracking), and Python's `re` has no timeout."""
+    try:
+        import re._parser as parser  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_parse as parser
+    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None)}
+
+    def walk(items, inside_repeat: bool) -> bool:
+        for op, arg in items:
+            if op in repeats:
+                low, high, sub = arg
+                unbounded = high is parser.MAXREPEAT or high > 1
+                if unbounded and inside_repeat:
+                    return True
+                if walk(sub, inside_repeat or unbounded):
+                    return True
+            elif op is parser.SUBPATTERN and walk(arg[-1], inside_repeat):
+                return True
+            elif op is parser.BRANCH and any(walk(branch, inside_repeat) for branch in arg[1]):
+                return True
+        return False
+
+    try:
+        return walk(parser.parse(pattern), False)
+    except Exception:  # not a pattern at all: build_oracle says so
+        return False
+
+
+def _is_regex_list(value) -> bool:
+    return _is_str_list(value) and all(len(v) <= 1000 and not _backtracks(v) for v in value)
+
+
 def _is_count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000
 
@@ -633,8 +667,8 @@ OPTION_RULES = {
     "fail_on": (lambda v: v in ("nan", "tolerance", "error"), "one of nan, tolerance, error"),
     "atol": (lambda v: _is_number(v) and v >= 0, "a finite number, 0 or more"),
     "rtol": (lambda v: _is_number(v) and v >= 0, "a finite number, 0 or more"),
-    "fail_regex": (_is_str_list, "a list of strings"),
-    "ignore_fail_regex": (_is_str_list, "a list of strings"),
+    "fail_regex": (_is_regex_list, "a list of patterns without nested repeats such as (a+)+"),
+    "ignore_fail_regex": (_is_regex_list, "a list of patterns without nested repeats such as (a+)+"),
     "fail_code": (lambda v: isinstance(v, list) and all(_is_number(c) and isinstance(c, int) for c in v),
                   "a list of integers"),
     "ignore_fail_code": (lambda v: isinstance(v, list) and all(_is_number(c) and isinstance(c, int) for c in v),

@@ -96,6 +96,8 @@ HOSTILE_VALUES = [
     ("oracle_options.rtol", -1),
     ("oracle_options.fail_regex", "x"),
     ("oracle_options.fail_regex", [1]),
+    ("oracle_options.fail_regex", ["(a+)+$"]),  # catastrophic backtracking: verify would hang on a long log
+    ("oracle_options.ignore_fail_regex", ["(.*)*x"]),
     ("oracle_options.fail_code", ["1"]),
     ("oracle_options.ignore_fail_code", [1.5]),
     ("oracle_options.check_command", "sh -c id"),
