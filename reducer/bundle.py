@@ -179,7 +179,9 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
 
         failing = list(verdict.signature.outputs) if verdict.signature else list((recorded or Signature("")).outputs)
         draw_graph(model, failing, shapes, staging / "graph.png")
-        draw_reduction(history, report.get("nodes_before", len(model.graph.node)), len(model.graph.node),
+        from reducer.model import count_nodes
+
+        draw_reduction(history, report.get("nodes_before", count_nodes(model.graph)), count_nodes(model.graph),
                        report.get("checks", 0), staging / "reduction.png")
 
         private = ("bundle", "bundle_options")  # the latter: this machine's paths, as given

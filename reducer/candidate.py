@@ -118,7 +118,33 @@ def output_channels(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) ->
     return shapes[node.input[1]][axis]
 
 
-Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels
+@dataclass(frozen=True)
+class LoopTrips:
+    """Loop node `node` runs at most `trips` iterations: its trip count M becomes that constant. What it
+    computes changes with it, so the candidate is judged against a reference run of itself."""
+
+    node: int
+    trips: int
+
+    @property
+    def tensor_name(self) -> str:
+        return f"loop{self.node}__trips{self.trips}"
+
+
+def apply_loop_trips(graph: onnx.GraphProto, kept: list[int], edits: tuple) -> bool:
+    """Point each kept Loop that has a LoopTrips edit at a constant trip count; whether any was."""
+    positions = {index: position for position, index in enumerate(kept)}
+    applied = False
+    for edit in edits:
+        if isinstance(edit, LoopTrips) and edit.node in positions:
+            node = graph.node[positions[edit.node]]
+            node.input[0] = edit.tensor_name
+            graph.initializer.append(numpy_helper.from_array(np.array(edit.trips, np.int64), edit.tensor_name))
+            applied = True
+    return applied
+
+
+Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels | LoopTrips
 
 
 def describe_edit(edit: Edit, model: Model) -> str:
@@ -132,6 +158,8 @@ def describe_edit(edit: Edit, model: Model) -> str:
         return f"initializer `{edit.name}` filled with {edit.value:g}"
     if isinstance(edit, ShrinkAxis):
         return f"fed tensors cut from {edit.size} to {edit.keep} on axis {edit.axis}"
+    if isinstance(edit, LoopTrips):
+        return f"{node(edit.node)}: at most {edit.trips} iteration{'' if edit.trips == 1 else 's'}"
     channels = output_channels(model.nodes[edit.node], model.initializer_shapes) or "?"
     return f"{node(edit.node)}: first {edit.keep} of its {channels} output channels kept, weight and bias cut to match"
 
@@ -226,6 +254,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         node.ClearField("doc_string")  # says nothing a vendor needs; the name stays, to map back to the full model
         for edit in reset.get(index, ()):
             edit.apply(node)
+    fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
     fed: list[str] = []
     frozen: list[str] = []
     shrinking = any(isinstance(edit, ShrinkAxis) for edit in candidate.edits)
@@ -278,7 +307,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     for name in outputs:
         name_in_model = observed.get(name, name)
         known = model.value_types.get(name_in_model)
-        if known is not None and known.tensor_type.HasField("shape") and not feed_slices and not cuts:
+        if known is not None and known.tensor_type.HasField("shape") and not feed_slices and not cuts \
+                and not fewer_trips:
             graph.output.append(onnx.helper.make_value_info(name, known))
         elif name_in_model in store:  # rank known, sizes left open (shape edits change them)
             record = store.records[name_in_model]

@@ -56,7 +56,7 @@ def runs_for(method: str, nodes: frozenset[int]) -> list[CounterfactualRun]:
 def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Materialized | None:
     """The model a run checks; None where there is nothing to run (the repro is the whole model, or has
     nothing downstream of it)."""
-    everything = frozenset(range(len(model)))
+    everything = model.flat  # the whole model, its inlined Ifs as their taken branches: the same values
     if run.kind == "exact":
         built = materialize(model, Candidate(everything), store)
         names = [name for index in sorted(run.nodes) if not subgraphs(model.nodes[index])

@@ -164,7 +164,7 @@ class Reduction:
         self.work_dir = out_dir / "work"
         self.history_path = out_dir / "history.jsonl"
         self.original: Verdict | None = None
-        self.best: Candidate = Candidate(frozenset(range(len(model))))
+        self.best: Candidate = Candidate(model.original_nodes)
         self.best_verdict: Verdict | None = None
         self._strategy = "initial"
         self.cause_check = cause_check
@@ -322,6 +322,10 @@ class Reduction:
         return {name: shrunk_shape(self.store.records[name].shape, candidate.edits)[0]
                 for name in built.fed if name in self.store}
 
+    def size(self, candidate: Candidate) -> int:
+        """Nodes counted with their bodies' nodes: inlining an If's taken branch is progress."""
+        return self.model.nodes_with_bodies(candidate.nodes)
+
     def interesting(self, verdict: Verdict | None) -> bool:
         return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))
 
@@ -358,7 +362,7 @@ class Reduction:
         nodes = candidate.nodes
         if nodes not in self.proofs:
             exact = self.exact_region(nodes)
-            if len(exact) == len(self.model):  # the whole model computed exactly is the reference itself
+            if exact >= self.model.flat:  # the whole model computed exactly is the reference itself
                 self.proofs[nodes] = Proof(self.cause_method, nodes, holds=True, exact=exact)
             else:
                 self.proofs[nodes] = counterfactual.judge_runs(self.cause_method, nodes, self.original,
@@ -416,15 +420,15 @@ class Reduction:
             while progressed:
                 progressed = False
                 for strategy in by_yield([s for s in others if id(s) not in dropped], self.counters.per_strategy):
-                    before = len(self.best)
-                    finished = self._run_strategy(strategy, turn_budget(len(self.best)))
-                    if len(self.best) < before:
+                    before = self.size(self.best)
+                    finished = self._run_strategy(strategy, turn_budget(self.size(self.best)))
+                    if self.size(self.best) < before:
                         progressed = True
                     elif finished:
                         dropped.add(id(strategy))
-            before = len(self.best)
+            before = self.size(self.best)
             self._run_strategy(closer, None)
-            if len(self.best) == before:
+            if self.size(self.best) == before:
                 return
 
     def _run_strategy(self, strategy, budget: int | None) -> bool:
@@ -432,7 +436,7 @@ class Reduction:
         self._strategy = strategy.name
         stats = self.counters.per_strategy.setdefault(strategy.name, StrategyStats())
         stats.turns += 1
-        started, nodes_before = time.perf_counter(), len(self.best)
+        started, nodes_before = time.perf_counter(), self.size(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
                                 self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause)
@@ -458,7 +462,7 @@ class Reduction:
                 if winner is not None:
                     candidate = batch[winner]
                     stats.accepted += 1
-                    stats.nodes_removed += len(self.best) - len(candidate)
+                    stats.nodes_removed += self.size(self.best) - self.size(candidate)
                     self._accept(candidate, verdict, strategy.name)
                     context.failing_outputs = verdict.signature.outputs
                 batch = proposals.send(winner)
@@ -473,7 +477,7 @@ class Reduction:
 
     def _end_turn(self, strategy, budget: int | None, nodes_before: int, finished: bool) -> bool:
         self.turns.append({"strategy": strategy.name, "budget": budget, "spent": self._turn_spent,
-                           "removed": nodes_before - len(self.best), "finished": finished})
+                           "removed": nodes_before - self.size(self.best), "finished": finished})
         return finished
 
     def _stop_if_spent(self, window: int) -> int:
@@ -500,7 +504,7 @@ class Reduction:
         while start < len(batch):
             window = batch[start : start + self._stop_if_spent(self.jobs)]
             verdicts = self.judge_all(window)
-            self.progress.update(len(self.best), self.counters, strategy)
+            self.progress.update(self.size(self.best), self.counters, strategy)
             for offset, (candidate, verdict) in enumerate(zip(window, verdicts, strict=True)):
                 self._spend(candidate.key(), verdict)
                 if self.interesting(verdict) and (not self.proves_cause or self.proof(candidate).holds):
@@ -528,7 +532,7 @@ class Reduction:
         self.write_best()
         step = {
             "strategy": strategy,
-            "nodes": len(candidate),
+            "nodes": self.size(candidate),
             "checks": self.counters.checks,
             "cache_hits": self.counters.cache_hits,
             "seconds": round(time.perf_counter() - self.started, 3),

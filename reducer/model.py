@@ -41,6 +41,16 @@ def outer_reads(node: onnx.NodeProto) -> list[str]:
     return reads
 
 
+def body_node_count(node: onnx.NodeProto) -> int:
+    """Nodes inside a control-flow node's bodies, at every depth (0 for an ordinary node)."""
+    return sum(count_nodes(body) for body in subgraphs(node))
+
+
+def count_nodes(graph: onnx.GraphProto) -> int:
+    """A graph's nodes with its bodies' nodes counted too: an If left whole still carries both branches."""
+    return sum(1 + body_node_count(node) for node in graph.node)
+
+
 def _all_tensors(graph: onnx.GraphProto):
     """Every TensorProto in a graph and its bodies, where external data may hide."""
     yield from graph.initializer
@@ -97,6 +107,10 @@ class Model:
     graph_outputs: list[str]
     fingerprint: str
     value_types: dict[str, onnx.TypeProto] = field(default_factory=dict)
+    # Control flow inlined after the reference run (see inline_taken_branches): an If's index -> the indices
+    # of its taken branch's nodes, which sit just before it in the order and write the If's outputs too.
+    inlined: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    top_level: frozenset[int] | None = None  # the original graph's nodes (None: all of them)
 
     @property
     def base_dir(self) -> Path:
@@ -105,15 +119,77 @@ class Model:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    @property
+    def original_nodes(self) -> frozenset[int]:
+        """The original graph's nodes: the whole model as a candidate."""
+        return self.top_level if self.top_level is not None else frozenset(range(len(self.nodes)))
+
+    @cached_property
+    def flat(self) -> frozenset[int]:
+        """The whole model with every inlined If replaced by its taken branch: the same values, no If."""
+        kept: set[int] = set()
+        pending = list(self.original_nodes)
+        while pending:
+            index = pending.pop()
+            if index in self.inlined:
+                pending.extend(self.inlined[index])
+            else:
+                kept.add(index)
+        return frozenset(kept)
+
+    @cached_property
+    def node_weights(self) -> list[int]:
+        """Each node counted with the nodes inside its bodies."""
+        return [1 + body_node_count(node) for node in self.nodes]
+
+    def nodes_with_bodies(self, nodes) -> int:
+        return sum(self.node_weights[i] for i in nodes)
+
+    @property
+    def total_nodes(self) -> int:
+        """The original model's nodes, bodies included (recursively)."""
+        return self.nodes_with_bodies(self.original_nodes)
+
+    def producer_in(self, name: str, nodes) -> int | None:
+        """The node among `nodes` that writes `name` (an inlined branch writes its If's outputs too)."""
+        index = self.producer.get(name)
+        if index is None or index in nodes:
+            return index
+        return next((i for i in self.writers.get(name, ()) if i in nodes), None)
+
+    @cached_property
+    def inlined_into(self) -> dict[int, int]:
+        """An inlined node -> the If whose branch it comes from."""
+        return {node: parent for parent, branch in self.inlined.items() for node in branch}
+
+    def conflicting(self, nodes) -> bool:
+        """Whether `nodes` hold an If together with a node of its inlined branch (both write its outputs)."""
+        for index in nodes:
+            parent = self.inlined_into.get(index)
+            while parent is not None:
+                if parent in nodes:
+                    return True
+                parent = self.inlined_into.get(parent)
+        return False
+
+    @cached_property
+    def writers(self) -> dict[str, tuple[int, ...]]:
+        found: dict[str, list[int]] = {}
+        for index, writes in enumerate(self.node_writes):
+            for name in writes:
+                found.setdefault(name, []).append(index)
+        return {name: tuple(indices) for name, indices in found.items()}
+
     @cached_property
     def dag(self) -> nx.DiGraph:
-        """Node indices, an edge where one node's output is read by another."""
+        """Node indices, an edge where one node's output is read by another (from each of its writers)."""
         graph = nx.DiGraph()
         graph.add_nodes_from(range(len(self.nodes)))
         for index, reads in enumerate(self.node_reads):
             for name in reads:
-                if name in self.producer:
-                    graph.add_edge(self.producer[name], index)
+                for writer in self.writers.get(name, ()):
+                    if writer != index:
+                        graph.add_edge(writer, index)
         return graph
 
     def node_label(self, index: int) -> str:
@@ -276,3 +352,125 @@ def _hash_file(digest, path: Path) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+# --- control flow inlined: an If as the branch the reference took --------------------------------------
+def branch_nodes(node: onnx.NodeProto, taken: bool, used: set[str]) -> tuple[list[onnx.NodeProto], list]:
+    """The nodes (and initializers) of an If's taken branch as ordinary nodes of the enclosing graph: the
+    branch's outputs renamed to the If's outputs, the names it defines made unique against `used` (which
+    grows), its outer-scope reads left as plain reads of the outer tensors."""
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if taken else "else_branch"))
+    computed = [o for inner in branch.node for o in inner.output if o]
+    defined = computed + [t.name for t in branch.initializer]
+    rename: dict[str, str] = {}
+    bridges = []
+    for inner_name, outer_name in zip((o.name for o in branch.output), node.output, strict=True):
+        if inner_name in computed and inner_name not in rename:
+            rename[inner_name] = outer_name
+        else:  # an outer tensor, an initializer, or an output given twice: passed on through an Identity
+            bridges.append((inner_name, outer_name))
+    for name in defined:
+        if name not in rename and name in used:
+            unique, number = f"{name}__{node.name or 'if'}", 1
+            while unique in used:
+                unique, number = f"{name}__{node.name or 'if'}{number}", number + 1
+            rename[name] = unique
+    used.update(rename.get(name, name) for name in defined)
+    nodes = []
+    for inner in branch.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        _rename_in_node(copy, rename)
+        nodes.append(copy)
+    for inner_name, outer_name in bridges:
+        label = f"{node.name or 'if'}/{outer_name}"
+        nodes.append(onnx.helper.make_node("Identity", [rename.get(inner_name, inner_name)], [outer_name], name=label))
+    initializers = []
+    for tensor in branch.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(tensor)
+        copy.name = rename.get(tensor.name, tensor.name)
+        initializers.append(copy)
+    return nodes, initializers
+
+
+def _rename_in_node(node: onnx.NodeProto, rename: dict[str, str]) -> None:
+    """Names in a node and, for outer-scope reads, in its bodies at every depth."""
+    node.input[:] = [rename.get(n, n) for n in node.input]
+    node.output[:] = [rename.get(n, n) for n in node.output]
+    for body in subgraphs(node):
+        for inner in body.node:
+            _rename_in_node(inner, rename)
+        for output in body.output:
+            output.name = rename.get(output.name, output.name)
+
+
+def inline_taken_branches(model: Model, taken: dict[int, bool]) -> Model:
+    """The model with each If in `taken` (index -> its condition in the reference) given its taken branch's
+    nodes as further nodes, placed just before it: a candidate may then hold the If or its branch, never
+    both. Indices change; the original nodes stay the whole model (`original_nodes`)."""
+    used = {n for writes in model.node_writes for n in writes} | set(model.graph_inputs) | set(model.initializers)
+    inside = {index: _defined_inside(node) for index, node in enumerate(model.nodes) if index in taken}
+    used |= {name for names in inside.values() for name in names}  # another If's branch may define it too
+    initializers = dict(model.initializers)
+    order: list[tuple[int | None, onnx.NodeProto]] = []  # (old index or None for a new node, node)
+    new_branches: dict[int, int] = {}  # old If index -> how many new nodes precede it
+    for index, node in enumerate(model.nodes):
+        if index in taken and index not in model.inlined:
+            others = used - inside[index]
+            inner, tensors = branch_nodes(node, taken[index], others)
+            used |= others
+            initializers.update((t.name, t) for t in tensors)
+            order.extend((None, n) for n in inner)
+            new_branches[index] = len(inner)
+        order.append((index, node))
+    position = {old: new for new, (old, _) in enumerate(order) if old is not None}
+    inlined = {position[i]: tuple(position[j] for j in branch) for i, branch in model.inlined.items()}
+    for old, count in new_branches.items():
+        inlined[position[old]] = tuple(range(position[old] - count, position[old]))
+    nodes = [node for _, node in order]
+    writes = [tuple(n for n in node.output if n) for node in nodes]
+    # an If's outputs are written by its branch too, which comes before it: the If (the last) is the producer
+    producer = {name: new for new, names in enumerate(writes) for name in names}
+    original = frozenset(position[i] for i in model.original_nodes)
+    return Model(
+        path=model.path, proto=model.proto, nodes=nodes,
+        node_reads=[tuple(n for n in [*node.input, *outer_reads(node)] if n) for node in nodes],
+        node_writes=writes, producer=producer, initializers=initializers, graph_inputs=model.graph_inputs,
+        graph_outputs=model.graph_outputs, fingerprint=model.fingerprint, value_types=model.value_types,
+        inlined=inlined, top_level=original,
+    )
+
+
+def _defined_inside(node: onnx.NodeProto) -> set[str]:
+    """Names a node's bodies define, at every depth."""
+    names: set[str] = set()
+    for body in subgraphs(node):
+        names.update(t.name for t in body.initializer)
+        for inner in body.node:
+            names.update(o for o in inner.output if o)
+            names |= _defined_inside(inner)
+    return names
+
+
+def flat_proto(model: Model) -> onnx.ModelProto:
+    """The whole model with its inlined Ifs as their taken branches: for the reference run of their insides."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    graph = proto.graph
+    del graph.node[:]
+    graph.node.extend(model.nodes[i] for i in sorted(model.flat))
+    present = {t.name for t in graph.initializer}
+    graph.initializer.extend(t for name, t in model.initializers.items() if name not in present)
+    return proto
+
+
+def conditions_known(model: Model, store) -> dict[int, bool]:
+    """Ifs of the flat model not inlined yet whose condition the reference store holds."""
+    taken = {}
+    for index in sorted(model.flat):
+        node = model.nodes[index]
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and index not in model.inlined:
+            if node.input[0] in store:
+                taken[index] = bool(np.asarray(store.load(node.input[0])).reshape(-1)[0])
+    return taken

@@ -45,8 +45,8 @@ def prepare(
     store = ActivationStore.open(store_dir, key)
     if store is not None:
         progress.message(f"reusing the reference activations in {store_dir}")
-        return model, store
-    progress.message(f"reference run ({REFERENCE_RUNNER}), capturing every tensor of {len(model)} nodes")
+        return _with_taken_branches(model, store, out_dir, progress, worker)
+    progress.message(f"reference run ({REFERENCE_RUNNER}), capturing every tensor of {model.total_nodes} nodes")
     from oracles.worker import Worker
 
     scratch = out_dir / "work" / "reference"
@@ -78,7 +78,64 @@ def prepare(
         raise BadModelError(f"{model_path}: the reference run ({REFERENCE_RUNNER}) fails: {_first_line(result.error)}"
                             + hint)
     store = ActivationStore.open(store_dir, key)
+    return _with_taken_branches(model, store, out_dir, progress, worker)
+
+
+MAX_INLINED_DEPTH = 4  # If inside If inside If...: one more reference run per level
+
+
+def _with_taken_branches(model: Model, store: ActivationStore, out_dir: Path, progress: Progress,
+                         worker=None) -> tuple[Model, ActivationStore]:
+    """Each If whose condition the reference holds gets its taken branch's nodes as candidates too; the
+    whole model with those branches inlined runs once more, so that their insides are captured too."""
+    from reducer.model import conditions_known, inline_taken_branches
+
+    for depth in range(1, MAX_INLINED_DEPTH + 1):
+        taken = conditions_known(model, store)
+        if not taken:
+            break
+        before, model = model, inline_taken_branches(model, taken)
+        key = f"{store.key}:branches{depth}"
+        store_dir = out_dir / "activations" / f"branches{depth}"
+        inlined = ActivationStore.open(store_dir, key)
+        if inlined is None:
+            progress.message(f"reference run of {len(taken)} If(s) inlined as their taken branch")
+            inlined = _capture_flat(model, store, key, store_dir, out_dir, worker)
+        if inlined is None:  # the inlined model does not run: the Ifs stay whole
+            progress.message("note: the Ifs' taken branches could not be run apart; they stay whole")
+            return before, store
+        store = inlined
     return model, store
+
+
+def _capture_flat(model: Model, store: ActivationStore, key: str, store_dir: Path, out_dir: Path,
+                  worker=None) -> ActivationStore | None:
+    from oracles.worker import Worker
+    from reducer.model import flat_proto
+
+    scratch = out_dir / "work" / "reference"
+    scratch.mkdir(parents=True, exist_ok=True)
+    capture = flat_proto(model)
+    present = {o.name for o in capture.graph.output}
+    for node in capture.graph.node:
+        capture.graph.output.extend(onnx.ValueInfoProto(name=n) for n in node.output if n and n not in present)
+        present.update(node.output)
+    capture_path = scratch / "capture_branches.onnx"
+    onnx.save(capture, str(capture_path))
+    has_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.initializers.values())
+    borrowed = worker is not None
+    worker = worker or Worker(REFERENCE_RUNNER)
+    try:
+        result = worker.run(
+            capture_path, {name: store.path(name) for name in model.graph_inputs}, DEFAULT_CHECK_TIMEOUT * 4,
+            kind="capture", runner_spec=REFERENCE_RUNNER, store_dir=str(store_dir), key=key,
+            external_dir=str(model.base_dir) if has_external else None,
+        )
+    finally:
+        if not borrowed:
+            worker.close()
+    _refuse_unwritable_store(result, store_dir)
+    return ActivationStore.open(store_dir, key) if result.status == "ok" else None
 
 
 def _refuse_unwritable_store(result, store_dir: Path) -> None:
@@ -151,7 +208,7 @@ def check_model(model_path: str, input_options: InputOptions, oracle_options: Or
         verdict = reduction.start(early)
     finally:
         reduction.close()
-    return verdict, len(reduction.model)
+    return verdict, reduction.model.total_nodes
 
 
 def write_report(out_dir: Path, report: dict) -> None:
@@ -202,8 +259,9 @@ def reduce_model(
         "oracle": oracle.description,
         "oracle_options": asdict(oracle_options),  # what `bundle verify` rebuilds the oracle from
         "environment": getattr(oracle, "environment", {}),
-        "nodes_before": len(model),
-        "nodes_after": len(model),
+        "nodes_before": model.total_nodes,  # bodies' nodes counted too, as everywhere counts appear
+        "nodes_after": model.total_nodes,
+        "top_level_nodes_before": len(model.original_nodes),
         "command_line": command_line,
         "bundle_options": bundle_options or {},  # --ship/--exclude: what the bundle takes with a check command
     }
@@ -226,7 +284,7 @@ def reduce_model(
         except SearchStopped as stop:
             stopped_by = stop.limit
             report["stopped_by"] = stopped_by
-            progress.message(f"{stop.limit} reached: keeping the best so far ({len(reduction.best)} nodes)")
+            progress.message(f"{stop.limit} reached: keeping the best so far ({reduction.size(reduction.best)} nodes)")
         report["one_minimal"] = stopped_by is None and getattr(strategies[-1], "proves_one_minimal", False)
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
@@ -239,7 +297,8 @@ def reduce_model(
         else:
             report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
     except KeyboardInterrupt:
-        progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({len(reduction.best)} nodes)")
+        kept = reduction.size(reduction.best)
+        progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({kept} nodes)")
     except Exception as exc:  # the report still says what was done, and that it stopped on an error
         report["status"] = "error"
         report["error"] = f"{type(exc).__name__}: {exc}"
@@ -324,7 +383,8 @@ def _figures(reduction: Reduction, started: float) -> dict:
     counters = reduction.counters
     signature = reduction.best_verdict.signature if reduction.best_verdict else None
     return {
-        "nodes_after": len(reduction.best),
+        "nodes_after": reduction.size(reduction.best),
+        "top_level_nodes_after": len(reduction.best),  # the nodes of minimal.onnx's graph itself
         "kept_nodes": reduction.best.ordered(),  # indices in the original model's topological order
         "edits": [repr(edit) for edit in reduction.best.edits],  # attribute, weight and shape edits kept
         "edits_described": [describe_edit(edit, reduction.model) for edit in reduction.best.edits],
@@ -352,7 +412,7 @@ def cause_report(reduction: Reduction) -> dict | None:
                 "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                     reduction.oracle.max_abs_value)}
     proof = reduction.proofs.get(reduction.best.nodes)
-    if proof is None and len(reduction.best) == len(reduction.model):
+    if proof is None and reduction.best.nodes == reduction.model.original_nodes:
         proof = reduction.proof(reduction.best)  # nothing removed: the whole model carries it, no check
     data = {"checked": proof is not None}
     if proof is not None:

@@ -24,8 +24,10 @@ BUILTIN_STRATEGIES = {
     "shapes": "strategies.shapes:SmallerInputs",
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
+    "branches": "strategies.branches:InlineControlFlow",
 }
-DEFAULT_ORDER = ("cone", "origin", "localize", "singletons", "prefix", "suffix", "ddmin", "regions", "linear")
+DEFAULT_ORDER = ("branches", "cone", "origin", "localize", "singletons", "prefix", "suffix", "ddmin", "regions",
+                 "linear")
 
 
 def available() -> dict[str, str]:

@@ -58,8 +58,8 @@ class SearchContext:
     proves_cause: bool = False
 
     def failing_producers(self, current: Candidate) -> list[int]:
-        producers = {self.model.producer.get(name) for name in self.failing_outputs}
-        return sorted(p for p in producers if p is not None and p in current.nodes)
+        producers = {self.model.producer_in(name, current.nodes) for name in self.failing_outputs}
+        return sorted(p for p in producers if p is not None)
 
 
 class Strategy(Protocol):

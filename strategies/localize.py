@@ -20,8 +20,8 @@ class FirstDivergence:
         if verdict is None or not verdict.failing or not verdict.signature.outputs:
             return
         failing = set(verdict.signature.outputs)
-        producers = sorted({context.model.producer[name] for name in failing
-                            if name in context.model.producer and context.model.producer[name] in current.nodes})
+        producers = sorted({p for p in (context.model.producer_in(name, current.nodes) for name in failing)
+                            if p is not None})
         # Origins first: failing nodes none of whose inputs fail introduce the error themselves; a node
         # downstream of a failing one may only pass it on.
         origins = [p for p in producers if not failing.intersection(context.model.node_reads[p])]
@@ -42,8 +42,9 @@ class FirstDivergence:
 def grown(nodes: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
     """Add the producers of cut inputs the target could not hold (an overflow starts further up)."""
     while True:
-        producers = {context.model.producer.get(name) for name in context.unfaithful_inputs(current.keeping(nodes))}
-        producers = {p for p in producers if p is not None and p in current.nodes and p not in nodes}
+        unfaithful = context.unfaithful_inputs(current.keeping(nodes))
+        producers = {context.model.producer_in(name, current.nodes) for name in unfaithful}
+        producers = {p for p in producers if p is not None and p not in nodes}
         if not producers:
             return nodes
         nodes = nodes | producers

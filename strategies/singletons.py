@@ -41,7 +41,9 @@ class SingleNodes:
             for index in by_type[op][:TRIES_PER_TYPE]:
                 alone = grown(frozenset({index}), context, current if index in current.nodes else whole)
                 touching = any(dag.has_edge(a, b) or dag.has_edge(b, a) for a in alone for b in group)
-                if group.isdisjoint(alone) and not touching and context.checkable(current.keeping(alone)):
+                apart = group.isdisjoint(alone) and not touching
+                apart = apart and not context.model.conflicting(group | alone)  # an If, or its inlined branch
+                if apart and context.checkable(current.keeping(alone)):
                     group |= alone  # apart: each is fed from the reference and its output is compared
                     break
         if group and len(group) < len(current):

@@ -1,0 +1,179 @@
+"""Reduction inside control flow: an If replaced by its taken branch, a Loop cut to one iteration, node
+counts with bodies included, and every candidate the search tried valid for the checker and ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_bad_input import run_cli, write_model
+
+from reducer.model import count_nodes, load_model, subgraphs
+
+STORAGE = ("--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", "nan")
+
+
+def _value(name: str, shape=(2, 3)) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _model(nodes, inputs, outputs, initializers) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "control_flow", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _chain(prefix: str, source: str, length: int, op: str = "Relu") -> tuple[list[onnx.NodeProto], str]:
+    nodes, previous = [], source
+    for index in range(length):
+        nodes.append(helper.make_node(op, [previous], [f"{prefix}{index}"], name=f"{prefix}{index}"))
+        previous = f"{prefix}{index}"
+    return nodes, previous
+
+
+def if_model(overflow_in_then: bool = True) -> onnx.ModelProto:
+    """Relu chain -> If (x sums positive) -> Relu chain. The then-branch multiplies an outer tensor by an
+    outer 1e5 (Inf in fp16 storage, finite in fp32) among a few harmless nodes; the else-branch negates."""
+    before, a = _chain("pre", "x", 3, "Abs")
+    positive = [helper.make_node("ReduceSum", ["x"], ["total"], name="total", keepdims=0),
+                helper.make_node("Greater", ["total", "zero"], ["cond"], name="positive")]
+    scaled = [helper.make_node("Abs", [a], ["t_abs"], name="then_abs"),
+              helper.make_node("Mul", ["t_abs", "big"], ["t_big"], name="then_scale"),
+              helper.make_node("Relu", ["t_big"], ["t_out"], name="then_relu")]
+    calm = [helper.make_node("Neg", [a], ["e_neg"], name="else_neg"),
+            helper.make_node("Abs", ["e_neg"], ["e_out"], name="else_abs")]
+    if not overflow_in_then:
+        scaled, calm = calm, scaled
+    then_out, else_out = scaled[-1].output[0], calm[-1].output[0]
+    branch = helper.make_node(
+        "If", ["cond"], ["branched"], name="choose",
+        then_branch=helper.make_graph(scaled, "then", [], [_value(then_out)]),
+        else_branch=helper.make_graph(calm, "else", [], [_value(else_out)]))
+    after, last = _chain("post", "branched", 3)
+    after.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
+                 numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
+    return _model([*before, *positive, branch, *after], [_value("x")], [_value("y")], constants)
+
+
+def loop_model(trips: int = 3) -> onnx.ModelProto:
+    """Relu chain -> Loop (M = trips) whose body multiplies the carried value by an outer 1e5 -> Relu chain."""
+    before, a = _chain("pre", "x", 3)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+         helper.make_node("Mul", ["v_in", "big"], ["v_out"], name="body_scale")],
+        "body",
+        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out")])
+    loop = helper.make_node("Loop", ["trips", "go", a], ["looped"], name="repeat", body=body)
+    after, last = _chain("post", "looped", 3)
+    after.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
+                 numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+                 numpy_helper.from_array(np.array(True), "go")]
+    return _model([*before, loop, *after], [_value("x")], [_value("y")], constants)
+
+
+def _inputs(tmp_path: Path, sign: float = 1.0) -> Path:
+    path = tmp_path / "inputs.npz"  # positive: the then-branch is taken; negative: the else-branch
+    np.savez(path, x=sign * np.linspace(0.8, 1.0, 6, dtype=np.float32).reshape(2, 3))
+    return path
+
+
+def _reduce(tmp_path: Path, model: onnx.ModelProto, *args: str, sign: float = 1.0):
+    path = write_model(tmp_path / "model.onnx", model)
+    done = run_cli(tmp_path, "reduce", str(path), "-o", str(tmp_path / "out"), "--inputs",
+                   str(_inputs(tmp_path, sign)), *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    return done, report, onnx.load(str(tmp_path / "out" / "minimal.onnx"))
+
+
+def _ops(graph: onnx.GraphProto) -> list[str]:
+    """Op types at every depth."""
+    return [op for node in graph.node for op in [node.op_type, *(o for b in subgraphs(node) for o in _ops(b))]]
+
+
+# --- counting --------------------------------------------------------------------------------------------
+def test_count_nodes_includes_bodies_at_every_depth():
+    assert count_nodes(if_model().graph) == 10 + 3 + 2
+    assert count_nodes(loop_model().graph) == 8 + 2
+    nested = if_model()
+    branch = nested.graph.node[5].attribute[0].g  # the then-branch, given an If of its own
+    inner = helper.make_node("If", ["cond"], ["inner_out"], name="inner", then_branch=if_model().graph.node[5]
+                             .attribute[0].g, else_branch=if_model().graph.node[5].attribute[1].g)
+    branch.node.append(inner)
+    assert count_nodes(nested.graph) == 15 + 1 + 3 + 2
+
+
+def test_loaded_model_counts_bodies(tmp_path):
+    model = load_model(write_model(tmp_path / "model.onnx", if_model()))
+    assert len(model.original_nodes) == 10
+    assert model.total_nodes == 15
+
+
+# --- an If replaced by its taken branch ------------------------------------------------------------------
+@pytest.mark.parametrize("sign, overflow_in_then", [(1.0, True), (-1.0, False)], ids=["then", "else"])
+def test_overflow_inside_taken_branch_reduces_to_the_branch_node(tmp_path, sign, overflow_in_then):
+    done, report, minimal = _reduce(tmp_path, if_model(overflow_in_then), *STORAGE, sign=sign)
+    assert report["status"] == "reduced"
+    assert "If" not in _ops(minimal.graph)
+    assert [n.name for n in minimal.graph.node] == ["then_scale"]
+    assert (report["nodes_before"], report["nodes_after"]) == (15, 1)
+    assert (report["top_level_nodes_before"], report["top_level_nodes_after"]) == (10, 1)
+    assert "15 -> 1 nodes" in done.stdout + done.stderr
+    onnx.checker.check_model(minimal, full_check=True)
+
+
+def test_progress_log_counts_bodies(tmp_path):
+    done, _, _ = _reduce(tmp_path, if_model(), *STORAGE)
+    history = [json.loads(line) for line in (tmp_path / "out" / "history.jsonl").read_text().splitlines()]
+    assert history[0] == {**history[0], "strategy": "branches", "nodes": 12}  # 15 - the If - its else (2)
+    assert "nodes     15" in done.stdout + done.stderr
+
+
+# --- a Loop cut to one iteration -------------------------------------------------------------------------
+def test_overflow_inside_loop_body_reduces_to_a_one_iteration_loop(tmp_path):
+    done, report, minimal = _reduce(tmp_path, loop_model(), *STORAGE)
+    assert report["status"] == "reduced"
+    assert [n.op_type for n in minimal.graph.node] == ["Loop"]
+    trips = {t.name: numpy_helper.to_array(t) for t in minimal.graph.initializer}[minimal.graph.node[0].input[0]]
+    assert int(trips) == 1
+    assert (report["nodes_before"], report["nodes_after"]) == (10, 3)
+    assert any("at most 1 iteration" in line for line in report["edits_described"])
+    onnx.checker.check_model(minimal, full_check=True)
+
+
+# --- every candidate valid -------------------------------------------------------------------------------
+CHECK = """import shutil, sys
+from pathlib import Path
+seen = Path(sys.argv[2])
+seen.mkdir(exist_ok=True)
+shutil.copy(sys.argv[1], seen / f"{len(list(seen.iterdir())):04d}.onnx")
+sys.exit(3 if sys.argv[3].encode() in Path(sys.argv[1]).read_bytes() else 0)
+"""
+
+
+@pytest.mark.parametrize("build, culprit", [(if_model, "then_scale"), (loop_model, "body_scale")], ids=["if", "loop"])
+def test_every_candidate_tried_passes_the_full_checker_and_loads_in_onnxruntime(tmp_path, build, culprit):
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    seen = tmp_path / "seen"
+    _, report, minimal = _reduce(tmp_path, build(), "--fail-code", "3", "--no-cause-check", "--check", "python",
+                                 str(script), "{model}", str(seen), culprit)
+    assert report["status"] == "reduced"
+    tried = sorted(seen.iterdir())
+    assert len(tried) >= 3
+    for path in tried:
+        candidate = onnx.load(str(path))
+        onnx.checker.check_model(candidate, full_check=True)
+        ort.InferenceSession(candidate.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert culprit.encode() in minimal.SerializeToString()
