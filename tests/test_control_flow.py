@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_bad_input import run_cli, write_model
 
-from reducer.model import count_nodes, load_model, subgraphs
+from reducer import model as model_module
+from reducer.model import load_model, subgraphs
 
 STORAGE = ("--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", "nan")
 
@@ -104,14 +105,14 @@ def _ops(graph: onnx.GraphProto) -> list[str]:
 
 # --- counting --------------------------------------------------------------------------------------------
 def test_count_nodes_includes_bodies_at_every_depth():
-    assert count_nodes(if_model().graph) == 10 + 3 + 2
-    assert count_nodes(loop_model().graph) == 8 + 2
+    assert model_module.count_nodes(if_model().graph) == 10 + 3 + 2
+    assert model_module.count_nodes(loop_model().graph) == 8 + 2
     nested = if_model()
     branch = nested.graph.node[5].attribute[0].g  # the then-branch, given an If of its own
     inner = helper.make_node("If", ["cond"], ["inner_out"], name="inner", then_branch=if_model().graph.node[5]
                              .attribute[0].g, else_branch=if_model().graph.node[5].attribute[1].g)
     branch.node.append(inner)
-    assert count_nodes(nested.graph) == 15 + 1 + 3 + 2
+    assert model_module.count_nodes(nested.graph) == 15 + 1 + 3 + 2
 
 
 def test_loaded_model_counts_bodies(tmp_path):
