@@ -178,3 +178,22 @@ def test_every_candidate_tried_passes_the_full_checker_and_loads_in_onnxruntime(
         onnx.checker.check_model(candidate, full_check=True)
         ort.InferenceSession(candidate.SerializeToString(), providers=["CPUExecutionProvider"])
     assert culprit.encode() in minimal.SerializeToString()
+
+
+# --- a real model from a PyPI wheel: silero VAD, whose decoder sits behind Ifs ----------------------------
+ROOT = Path(__file__).resolve().parent.parent
+SILERO = ROOT / "corpus/models/silero_vad_16k_op15.onnx"
+NORMALISED = ROOT / "corpus/inputs/silero_vad_normalised.npz"
+
+
+@pytest.mark.skipif(not (SILERO.is_file() and NORMALISED.is_file()), reason="silero VAD not in corpus/")
+def test_silero_decoder_failure_behind_its_ifs_is_reduced_inside_them(tmp_path):
+    done = run_cli(tmp_path, "reduce", str(SILERO), "-o", str(tmp_path / "out"), "--inputs", str(NORMALISED),
+                   "--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.001", "--rtol", "0.001")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    minimal = onnx.load(str(tmp_path / "out" / "minimal.onnx"))
+    assert report["status"] == "reduced" and report["cause"]["holds"]
+    assert report["nodes_before"] == 350 and report["top_level_nodes_before"] == 121
+    assert "If" not in _ops(minimal.graph)
+    assert report["nodes_after"] == model_module.count_nodes(minimal.graph) < 200  # Ifs left whole: 303
