@@ -82,7 +82,7 @@ def test_reduces_real_model_to_faithful_one_minimal_repro(entry, tmp_path):
     assert "Traceback" not in done.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "reduced" and report["one_minimal"]
-    assert report["nodes_before"] == entry["node_count"]
+    assert report["top_level_nodes_before"] == entry["node_count"]  # nodes_before counts bodies too
     assert 0 < report["nodes_after"] < report["nodes_before"]
     assert report["checks"] > 0
     assert report["signature"]["kind"] == entry["fail_on"]
