@@ -1,7 +1,9 @@
 """Control flow taken apart: each kept If is replaced by the branch the reference took (its nodes become
 ordinary nodes, which every other strategy may then drop; what they read from outside is fed from the
-reference as any cut tensor), and each kept Loop is cut to one iteration. The biggest first: an If whose
-inlining keeps the failure makes everything after it cheaper."""
+reference as any cut tensor), and each kept Loop is cut to one iteration. For the inputs fed, an If and its
+taken branch compute the same values, so all of them at once is tried first: one check where the failure
+does not lie in how the If itself is run. Then one at a time, the biggest first: an If whose inlining keeps
+the failure makes everything after it cheaper."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ class InlineControlFlow:
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         model = context.model
+        flat = _all_inlined(current.nodes, model.inlined)
+        if flat != current.nodes:
+            trial = current.keeping(flat)
+            if (yield [trial]) is not None:
+                current = trial
         tried: set[int] = set()
         while True:
             ifs = [i for i in current.nodes if i in model.inlined and i not in tried]
@@ -25,6 +32,14 @@ class InlineControlFlow:
             if (yield [trial]) is not None:
                 current = trial
         done = {e.node for e in current.edits if isinstance(e, LoopTrips)}
+        loops = [i for i in current.nodes if model.nodes[i].op_type == "Loop"
+                 and model.nodes[i].domain in ("", "ai.onnx") and i not in done]
+        if len(loops) > 1:  # every Loop cut at once first, as the Ifs
+            trial = current
+            for index in loops:
+                trial = trial.with_edit(LoopTrips(index, 1))
+            if (yield [trial]) is not None:
+                current, done = trial, done | set(loops)
         for index in sorted(current.nodes, key=lambda i: -model.node_weights[i]):
             node = model.nodes[index]
             if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or index in done:
@@ -32,3 +47,17 @@ class InlineControlFlow:
             trial = current.with_edit(LoopTrips(index, 1))
             if (yield [trial]) is not None:
                 current = trial
+
+
+def _all_inlined(nodes: frozenset[int], inlined: dict[int, list[int]]) -> frozenset[int]:
+    """`nodes` with every If replaced by its taken branch, and the Ifs inside that branch by theirs."""
+    flat = set(nodes)
+    todo = [i for i in flat if i in inlined]
+    while todo:
+        index = todo.pop()
+        flat.discard(index)
+        for inner in inlined[index]:
+            flat.add(inner)
+            if inner in inlined:
+                todo.append(inner)
+    return frozenset(flat)

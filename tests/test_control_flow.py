@@ -197,3 +197,4 @@ def test_silero_decoder_failure_behind_its_ifs_is_reduced_inside_them(tmp_path):
     assert report["nodes_before"] == 350 and report["top_level_nodes_before"] == 121
     assert "If" not in _ops(minimal.graph)
     assert report["nodes_after"] == model_module.count_nodes(minimal.graph) < 200  # Ifs left whole: 303
+    assert report["strategies"]["branches"]["checks"] == 1  # its 3 Ifs (2 nested) inlined at once, in 1 check
