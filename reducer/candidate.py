@@ -144,7 +144,98 @@ def apply_loop_trips(graph: onnx.GraphProto, kept: list[int], edits: tuple) -> b
     return applied
 
 
-Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels | LoopTrips
+@dataclass(frozen=True)
+class BodyCut:
+    """Kept control-flow node `node` with the nodes at `dropped` (positions in its body `body`, an attribute
+    name: then_branch, else_branch) removed from that body. What the kept body nodes and the body's outputs
+    read from a removed node becomes a body initializer: its reference value where the reference ran that
+    branch (an inlined If's taken branch), zeros shaped as the If's output where it did not run."""
+
+    node: int
+    body: str
+    dropped: tuple[int, ...]
+
+
+def body_of(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
+    return next(a.g for a in node.attribute if a.name == name)
+
+
+def body_cut_weight(model: Model, edit: BodyCut) -> int:
+    """The nodes a BodyCut removes, counted with their own bodies."""
+    from reducer.model import body_node_count
+
+    inner = body_of(model.nodes[edit.node], edit.body).node
+    return sum(1 + body_node_count(inner[k]) for k in edit.dropped)
+
+
+def apply_body_cuts(graph: onnx.GraphProto, kept: list[int], edits: tuple, model: Model,
+                    store: ActivationStore) -> str | None:
+    """Cut the kept control-flow nodes' bodies as their BodyCut edits say; why not, if one cannot be cut."""
+    positions = {index: position for position, index in enumerate(kept)}
+    for edit in edits:
+        if not isinstance(edit, BodyCut) or edit.node not in positions:
+            continue
+        node = graph.node[positions[edit.node]]
+        attribute = next(a for a in node.attribute if a.name == edit.body)
+        body = attribute.g
+        dropped = set(edit.dropped)
+        values = _body_values(model, edit, store)
+        produced_by_dropped = {o: (k, j) for k in dropped for j, o in enumerate(body.node[k].output) if o}
+        remaining = [n for k, n in enumerate(body.node) if k not in dropped]
+        from reducer.model import outer_reads
+
+        needed = {name for n in remaining for name in [*n.input, *outer_reads(n)] if name}
+        needed |= {o.name for o in body.output}
+        constants = []
+        for name in sorted(needed & produced_by_dropped.keys()):
+            value = values(name)
+            if value is None:
+                return f"no value for '{name}' inside {model.nodes[edit.node].name or edit.node}'s {edit.body}"
+            constants.append(numpy_helper.from_array(value, name))
+        del body.node[:]
+        body.node.extend(remaining)
+        body.initializer.extend(constants)
+    return None
+
+
+def _body_values(model: Model, edit: BodyCut, store: ActivationStore):
+    """name -> the value a removed body node gave it, or None when it is not known."""
+    node = model.nodes[edit.node]
+    body = body_of(node, edit.body)
+    branch = model.inlined.get(edit.node)
+    taken = branch is not None and _taken_body(model, edit.node) == edit.body
+    outputs = {o.name: outer for o, outer in zip(body.output, node.output, strict=False)}
+
+    def value(name: str):
+        if taken:  # the inlined copy of this body node ran in the reference: its output is stored
+            for k, inner in enumerate(body.node):
+                if name in inner.output and k < len(branch):
+                    stored = model.nodes[branch[k]].output[list(inner.output).index(name)]
+                    if stored in store:
+                        return np.array(store.load(stored))
+        if name in outputs and outputs[name] in store:  # a branch output: shaped as the If's output
+            reference = np.asarray(store.load(outputs[name]))
+            return reference.copy() if taken else np.zeros_like(reference)
+        return None
+
+    return value
+
+
+def _taken_body(model: Model, index: int) -> str | None:
+    """Which body of an inlined If the reference ran: the one its inlined nodes are copies of (the same
+    names and ops, in order; outputs renamed)."""
+    node = model.nodes[index]
+    branch = model.inlined.get(index, ())
+    for name in ("then_branch", "else_branch"):
+        inner = body_of(node, name).node
+        if len(inner) <= len(branch) and all(
+                (model.nodes[branch[k]].name, model.nodes[branch[k]].op_type) == (n.name, n.op_type)
+                for k, n in enumerate(inner)):
+            return name
+    return None
+
+
+Edit = AttributeDefault | WeightFill | ShrinkAxis | FewerChannels | LoopTrips | BodyCut
 
 
 def describe_edit(edit: Edit, model: Model) -> str:
@@ -160,6 +251,10 @@ def describe_edit(edit: Edit, model: Model) -> str:
         return f"fed tensors cut from {edit.size} to {edit.keep} on axis {edit.axis}"
     if isinstance(edit, LoopTrips):
         return f"{node(edit.node)}: at most {edit.trips} iteration{'' if edit.trips == 1 else 's'}"
+    if isinstance(edit, BodyCut):
+        total = len(body_of(model.nodes[edit.node], edit.body).node)
+        return (f"{node(edit.node)}: {len(edit.dropped)} of the {total} nodes of its {edit.body} removed, "
+                "what the rest read from them given as constants")
     channels = output_channels(model.nodes[edit.node], model.initializer_shapes) or "?"
     return f"{node(edit.node)}: first {edit.keep} of its {channels} output channels kept, weight and bias cut to match"
 
@@ -255,6 +350,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         for edit in reset.get(index, ()):
             edit.apply(node)
     fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
+    uncut = apply_body_cuts(graph, kept, candidate.edits, model, store)
+    if uncut:
+        return Materialized(graph_model(model, graph), [], [], [], unrunnable=uncut)
     fed: list[str] = []
     frozen: list[str] = []
     shrinking = any(isinstance(edit, ShrinkAxis) for edit in candidate.edits)

@@ -18,7 +18,15 @@ from oracles.base import CheckJob, Oracle, Verdict
 from reducer import counterfactual
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
-from reducer.candidate import Candidate, Materialized, materialize, save_model, shrunk_shape
+from reducer.candidate import (
+    BodyCut,
+    Candidate,
+    Materialized,
+    body_cut_weight,
+    materialize,
+    save_model,
+    shrunk_shape,
+)
 from reducer.counterfactual import CounterfactualRun, Proof
 from reducer.model import Model
 from strategies.base import Exact, Probe, SearchContext
@@ -324,7 +332,9 @@ class Reduction:
 
     def size(self, candidate: Candidate) -> int:
         """Nodes counted with their bodies' nodes: inlining an If's taken branch is progress."""
-        return self.model.nodes_with_bodies(candidate.nodes)
+        cut = sum(body_cut_weight(self.model, e) for e in candidate.edits
+                  if isinstance(e, BodyCut) and e.node in candidate.nodes)
+        return self.model.nodes_with_bodies(candidate.nodes) - cut
 
     def interesting(self, verdict: Verdict | None) -> bool:
         return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))

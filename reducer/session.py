@@ -193,7 +193,16 @@ def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_opt
             early["reduction"].cache.close()
         shutil.rmtree(out_dir / "work", ignore_errors=True)  # the inputs, the capture model, that check's folder
         raise
-    reduction = early.get("reduction") or Reduction(model, store, oracle, out_dir, progress=progress, **settings)
+    reduction = early.get("reduction")
+    if reduction is not None and reduction.model is not model:
+        # the first check ran on the model as loaded; its Ifs have taken branches inlined since (other node
+        # indices): the search goes on the inlined model, with that check's verdict and count
+        reduction.cache.close()
+        counters, reduction = reduction.counters, None
+    if reduction is None:
+        reduction = Reduction(model, store, oracle, out_dir, progress=progress, **settings)
+        if "reduction" in early:
+            reduction.counters = counters
     reduction.use_store(store)
     return reduction, early.get("verdict")
 

@@ -25,9 +25,10 @@ BUILTIN_STRATEGIES = {
     "attributes": "strategies.attributes:AttributeDefaults",
     "weights": "strategies.weights:SimplerWeights",
     "branches": "strategies.branches:InlineControlFlow",
+    "bodies": "strategies.bodies:ReduceBodies",
 }
-DEFAULT_ORDER = ("branches", "cone", "origin", "localize", "singletons", "prefix", "suffix", "ddmin", "regions",
-                 "linear")
+DEFAULT_ORDER = ("branches", "bodies", "cone", "origin", "localize", "singletons", "prefix", "suffix", "ddmin",
+                 "regions", "linear")
 
 
 def available() -> dict[str, str]:

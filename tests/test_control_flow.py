@@ -4,6 +4,7 @@ counts with bodies included, and every candidate the search tried valid for the 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -198,3 +199,35 @@ def test_silero_decoder_failure_behind_its_ifs_is_reduced_inside_them(tmp_path):
     assert "If" not in _ops(minimal.graph)
     assert report["nodes_after"] == model_module.count_nodes(minimal.graph) < 200  # Ifs left whole: 303
     assert report["strategies"]["branches"]["checks"] == 1  # its 3 Ifs (2 nested) inlined at once, in 1 check
+
+
+# --- inside an If that must stay ------------------------------------------------------------------------
+MULTIPLYING_IF = '''import sys
+import onnx
+graph = onnx.load(sys.argv[1]).graph
+for node in graph.node:
+    if node.op_type == "If":
+        then = next(a.g for a in node.attribute if a.name == "then_branch")
+        if any(inner.op_type == "Mul" for inner in then.node):
+            print("BUG: an If whose then_branch multiplies")
+            sys.exit(1)
+'''
+
+
+def test_an_if_that_must_stay_is_reduced_inside_its_branches(tmp_path):
+    """A failure of the If itself (as a builder's internal assertion on a conditional is): the If stays, and
+    its branches lose every node the failure does not need; what the kept ones read from a removed node is
+    a constant inside the branch. Through a --check command, whose first check runs before the branches are
+    inlined: the search still gets the inlined model."""
+    check = tmp_path / "check.py"
+    check.write_text(MULTIPLYING_IF)
+    done, report, minimal = _reduce(tmp_path, if_model(), "--no-cause-check", "--fail-regex", "BUG", "--check",
+                                    sys.executable, str(check), "{model}")
+    assert [n.op_type for n in minimal.graph.node] == ["If"], done.stderr
+    branches = {a.name: a.g for a in minimal.graph.node[0].attribute}
+    assert [n.op_type for n in branches["then_branch"].node] == ["Mul"]
+    assert not branches["else_branch"].node  # never run: its output is a constant
+    assert report["nodes_before"] == 15 and report["nodes_after"] == 2
+    assert report["strategies"]["branches"]["checks"] >= 1  # the inlined model reached the search
+    onnx.checker.check_model(minimal, full_check=True)
+    ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
