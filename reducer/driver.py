@@ -28,7 +28,7 @@ from reducer.candidate import (
     shrunk_shape,
 )
 from reducer.counterfactual import CounterfactualRun, Proof
-from reducer.model import Model
+from reducer.model import Model, subgraphs
 from strategies.base import Exact, Probe, SearchContext
 
 MINIMAL = "minimal.onnx"
@@ -505,7 +505,13 @@ class Reduction:
 
     @property
     def check_budget(self) -> int | None:
-        return default_budget(len(self.model)) if self.limits.economy and self.limits.max_checks is None else None
+        """default_budget, plus what bisecting the branches of each If the best still holds would cost: the
+        top-level search cannot cut inside them (strategies/bodies.py does)."""
+        if not self.limits.economy or self.limits.max_checks is not None:
+            return None
+        kept_ifs = [self.model.nodes[i] for i in self.best.nodes if self.model.nodes[i].op_type == "If"]
+        inside = sum(2 * max(1, len(body.node)).bit_length() for node in kept_ifs for body in subgraphs(node))
+        return default_budget(len(self.model)) + inside
 
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window

@@ -27,7 +27,8 @@ BUILTIN_STRATEGIES = {
     "branches": "strategies.branches:InlineControlFlow",
     "bodies": "strategies.bodies:ReduceBodies",
 }
-DEFAULT_ORDER = ("branches", "bodies", "cone", "origin", "localize", "singletons", "prefix", "suffix", "ddmin",
+# the top level first: the nodes inside an If that must stay (bodies) are cut once little is left around it
+DEFAULT_ORDER = ("branches", "cone", "origin", "localize", "singletons", "prefix", "suffix", "bodies", "ddmin",
                  "regions", "linear")
 
 
