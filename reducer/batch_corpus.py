@@ -49,7 +49,7 @@ def _folder_entries(folder: Path, skip: Path | None) -> list[Entry]:
     skipped = skip.resolve() if skip else None
     found = []
     for here, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (Path(here) / d).resolve() != skipped)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not _is_output(Path(here) / d, skipped))
         found += [Path(here) / f for f in sorted(files) if f.endswith(".onnx") and not f.startswith(".")]
     if not found:
         raise UsageError(f"{folder}: no .onnx file in it (or in its folders)")
@@ -58,6 +58,12 @@ def _folder_entries(folder: Path, skip: Path | None) -> list[Entry]:
         shown = path.relative_to(folder).as_posix()
         entries.append(Entry(_unique(_safe(shown[: -len(".onnx")]), taken), path.absolute(), shown))
     return entries
+
+
+def _is_output(folder: Path, run_dir: Path | None) -> bool:
+    """This run's folder, or another run's output (a reduction's or a batch's holds a .lock): their
+    minimal.onnx files are results, not corpus models."""
+    return folder.resolve() == run_dir or (folder / ".lock").exists()
 
 
 def _manifest_entries(manifest: Path) -> list[Entry]:
