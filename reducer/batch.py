@@ -379,16 +379,16 @@ def run_batch(corpus: Path, run_dir: Path, options: BatchOptions, baseline: Path
     progress = BatchProgress()
     try:
         batch = Batch(entries, run_dir, options, progress)
+        commands = [c for c in [options.defaults.get("check"), *(e.settings.get("check") for e in entries)] if c]
         try:
             records = batch.run()
-        except KeyboardInterrupt:
+            summary = batch_report.summarize(entries, records, previous, trusted_commands=commands)
+        except KeyboardInterrupt:  # also while the baseline's bundles are re-verified: what finished is kept
             summary = batch_report.summarize(entries, batch.records, None, interrupted=True)
             batch_report.write_reports(run_dir, summary)
             progress.line(f"interrupted: {len(batch.records)} of {len(entries)} models finished, in "
                           f"{run_dir / 'summary.json'}; run the same command again to go on")
             raise
-        commands = [c for c in [options.defaults.get("check"), *(e.settings.get("check") for e in entries)] if c]
-        summary = batch_report.summarize(entries, records, previous, trusted_commands=commands)
         batch_report.write_reports(run_dir, summary)
     finally:
         claim.release()

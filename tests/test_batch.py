@@ -239,6 +239,15 @@ def test_two_jobs_give_the_same_summary_as_one(folder_run):
         {k: v for k, v in m.items() if k != "output"} for m in two["models"]]
 
 
+def test_run_folders_inside_a_folder_corpus_are_not_models(tmp_path):
+    write_model(tmp_path / "corpus" / "fine.onnx", chain(["Relu"], "fine"))
+    write_model(tmp_path / "corpus" / "failing.onnx", chain(["Mul"], "failing"))
+    assert batch(tmp_path, "corpus", "-o", "corpus/runs/1", *FP16_STORAGE).returncode == 1
+    done = batch(tmp_path, "corpus", "-o", "corpus/runs/2", *FP16_STORAGE)
+    assert done.returncode == 1, done.stderr
+    assert outcomes(tmp_path / "corpus" / "runs" / "2") == {"failing": "reduced", "fine": "passing"}
+
+
 # --- a manifest -------------------------------------------------------------------------------------------------
 def test_a_manifest_gives_per_model_settings_and_tracks_a_known_bug(tmp_path):
     corpus = tmp_path / "corpus"
