@@ -21,7 +21,13 @@ from pathlib import Path
 
 from reducer import output_dir
 from reducer.batch_corpus import Entry, load_corpus
-from reducer.errors import EXIT_NOT_FAILING, EXIT_NOT_REPRODUCED, EXIT_REDUCED
+from reducer.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FAILING,
+    EXIT_NOT_REPRODUCED,
+    EXIT_REDUCED,
+    EXIT_TERMINATED,
+)
 
 RECORD_VERSION = 1
 KILL_GRACE = 10.0  # seconds a reduction has to write its report after SIGTERM before it is killed
@@ -188,7 +194,9 @@ class Batch:
         seconds = time.monotonic() - started
         record = model_record(entry, out, code, seconds, timed_out, self.options.model_timeout,
                               self.run_dir / "logs" / f"{entry.name}.log")
-        record.update(version=RECORD_VERSION, argv=argv, complete=True, gpu=env.get("CUDA_VISIBLE_DEVICES"))
+        # a reduction killed from outside (the OOM killer, a user) says nothing of the model: redone on resume
+        complete = timed_out or (code >= 0 and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED))
+        record.update(version=RECORD_VERSION, argv=argv, complete=complete, gpu=env.get("CUDA_VISIBLE_DEVICES"))
         _write_json(self.run_dir / "records" / f"{entry.name}.json", record)
         return record
 
@@ -264,11 +272,11 @@ def _error_line(log: Path, code: int) -> str:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         lines = []
-    said = [line for line in lines if line.startswith("onnx-reduce: ")]
-    if said:
-        return _one_line(said[-1].removeprefix("onnx-reduce: ").removeprefix("error: "))
     if code < 0:
         return f"killed by {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    said = [line for line in lines if line.startswith(("onnx-reduce: error:", "onnx-reduce: internal error:"))]
+    if said:
+        return _one_line(said[-1].removeprefix("onnx-reduce: ").removeprefix("error: "))
     return f"exit code {code}" + (f": {_one_line(lines[-1])}" if lines else "")
 
 

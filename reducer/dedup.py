@@ -28,7 +28,7 @@ def repro_signature(model: onnx.ModelProto, failure: dict, reason: str = "") -> 
     numbers masked) and the minimal graph's canonical form."""
     names = _names(model.graph)
     kind = str(failure.get("kind", "?"))
-    found = {"kind": kind, "detail": mask(str(failure.get("detail", "")), names)}
+    found = {"kind": kind, "detail": _without_names(str(failure.get("detail", "")), names)}  # the oracle's words
     if failure.get("exception"):
         found["exception"] = str(failure["exception"])
     if kind in ERROR_KINDS and reason:
@@ -48,12 +48,16 @@ def summary_line(signature: dict) -> str:
 def mask(text: str, names: set[str]) -> str:
     """Names of the graph, paths, addresses and numbers replaced by placeholders: what differs between two
     models that hit one bug."""
-    text = text.strip().splitlines()[0][:500] if text.strip() else ""
-    for name in sorted((n for n in names if len(n) > 1), key=len, reverse=True):
-        text = text.replace(name, "<name>")
+    text = _without_names(text.strip().splitlines()[0][:500] if text.strip() else "", names)
     text = _PATH.sub("<path>", text)
     text = _HEX.sub("<hex>", text)
     return _NUMBER.sub("<n>", text)
+
+
+def _without_names(text: str, names: set[str]) -> str:
+    for name in sorted((n for n in names if len(n) > 1), key=len, reverse=True):
+        text = text.replace(name, "<name>")
+    return text
 
 
 def canonical_graph(graph: onnx.GraphProto) -> dict:

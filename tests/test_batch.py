@@ -44,15 +44,18 @@ def chain(ops: list[str], prefix: str = "m", scale: float = 1e5, shape=(2, 3)) -
 
 
 # A check command: the model fails when it holds an op the "runtime" (a file listing broken ops) breaks; it
-# first waits while a `slow` file next to it names the model. Op types are plain strings in the protobuf.
-CHECK = """import os, sys, time
+# first waits while a `slow` file next to it names the model, and kills the reduction that runs it (SIGKILL, as
+# the OOM killer would) where a `crash` file names it. Op types are plain strings in the protobuf.
+CHECK = """import os, signal, sys, time
 model, runtime = sys.argv[1], sys.argv[2]
-def slow():
+def names_this_model(marker):
     try:
-        return open(os.path.join(os.path.dirname(runtime), "slow")).read().strip() in model
+        return open(os.path.join(os.path.dirname(runtime), marker)).read().strip() in model
     except OSError:
         return False
-while slow():
+if names_this_model("crash"):
+    os.kill(os.getppid(), signal.SIGKILL)
+while names_this_model("slow"):
     time.sleep(0.05)
 broken = open(runtime).read().split() if os.path.exists(runtime) else []
 data = open(model, "rb").read()
@@ -312,6 +315,14 @@ def test_a_bad_manifest_is_refused_in_one_line(tmp_path, entry, mentions):
     assert_bad_input(tmp_path, "batch", "corpus/list.toml", "-o", "out", mentions=mentions)
 
 
+def test_a_manifest_path_that_leaves_by_a_symbolic_link_is_refused(tmp_path):
+    write_model(tmp_path / "elsewhere" / "m.onnx", chain(["Relu"]))
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "m.onnx").symlink_to(tmp_path / "elsewhere" / "m.onnx")
+    (tmp_path / "corpus" / "list.toml").write_text('[[model]]\npath = "m.onnx"\n')
+    assert_bad_input(tmp_path, "batch", "corpus/list.toml", "-o", "out", mentions=("outside the manifest's folder",))
+
+
 @pytest.mark.parametrize("args, mentions", [
     (["corpus", "--jobs", "0"], ("--jobs",)),
     (["corpus", "--model-timeout", "0"], ("--model-timeout",)),
@@ -348,6 +359,20 @@ def test_a_hanging_model_times_out_and_the_batch_goes_on(tmp_path):
     assert outcomes(tmp_path / "out") == {"a_hangs": "timeout", "b_fails": "reduced"}
     assert "no result after 3 s" in {m["name"]: m for m in summary(tmp_path / "out")["models"]}["a_hangs"]["reason"]
     assert _no_reductions_left(tmp_path / "out") == []
+
+
+def test_a_crashing_reduction_is_an_error_record_and_is_redone_on_resume(tmp_path):
+    check = _command_corpus(tmp_path, "Mul", {"a_crashes": ["Mul"], "b_fails": ["Relu", "Mul"]})
+    (tmp_path / "runtime" / "crash").write_text("a_crashes")
+    done = batch(tmp_path, "corpus", "-o", "out", *check)
+    assert done.returncode == 1, done.stderr
+    record = {m["name"]: m for m in summary(tmp_path / "out")["models"]}["a_crashes"]
+    assert (record["outcome"], record["reason"]) == ("error", "killed by SIGKILL")
+    assert outcomes(tmp_path / "out")["b_fails"] == "reduced"
+    (tmp_path / "runtime" / "crash").unlink()
+    again = batch(tmp_path, "corpus", "-o", "out", *check)
+    assert "1 of 2 models finished in an earlier run: not redone" in again.stderr
+    assert outcomes(tmp_path / "out") == {"a_crashes": "reduced", "b_fails": "reduced"}
 
 
 def test_sigterm_stops_the_batch_writes_what_is_done_and_leaves_no_reduction(tmp_path):
