@@ -414,18 +414,31 @@ def test_a_baseline_marks_bugs_new_still_failing_fixed_and_not_fixed(tmp_path):
     """Last night Mul, Sigmoid and Tanh were broken. Tonight the runtime fixed Mul (its models pass, its bundle no
     longer reproduces: fixed), the model with Sigmoid was changed (it passes, but the bundle still reproduces under
     tonight's runtime: not fixed), Tanh is still broken, and Exp is newly broken."""
-    night = {"mul": ["Relu", "Mul"], "sig": ["Relu", "Sigmoid"], "tanh": ["Tanh", "Relu"], "plain": ["Relu"]}
+    night = {"mul": ["Relu", "Mul"], "sig": ["Relu", "Sigmoid"], "tanh": ["Tanh", "Relu"]}
     check = _command_corpus(tmp_path, "Mul Sigmoid Tanh", night)
-    first = batch(tmp_path, "corpus", "-o", "night1", *check)
+    first = batch(tmp_path, "corpus", "-o", "night1", "--jobs", "2", *check)
     assert first.returncode == 1, first.stderr
     assert len(summary(tmp_path / "night1")["bugs"]) == 3
     tonight = {**night, "sig": ["Relu", "Relu"], "exp": ["Exp"]}
     check = _command_corpus(tmp_path, "Sigmoid Tanh Exp", tonight)
-    second = batch(tmp_path, "corpus", "-o", "night2", "--baseline", "night1", *check)
+    second = batch(tmp_path, "corpus", "-o", "night2", "--baseline", "night1", "--jobs", "2", *check)
     assert second.returncode == 1, second.stderr
     bugs = {tuple(b["models"]): b for b in summary(tmp_path / "night2")["bugs"]}
     assert {models: b["status"] for models, b in bugs.items()} == {
         ("exp",): "new", ("tanh",): "still-failing", ("mul",): "fixed", ("sig",): "not-fixed"}
     assert "the bundle still reproduces" in bugs[("sig",)]["reason"]
-    third = batch(tmp_path, "corpus", "-o", "night3", "--baseline", "night2", *check)
+    third = batch(tmp_path, "corpus", "-o", "night3", "--baseline", "night2", "--jobs", "2", *check)
     assert third.returncode == 0, third.stderr  # nothing new: CI passes
+
+
+def test_a_baseline_bundles_command_runs_only_when_it_is_tonights(tmp_path):
+    """The baseline's bundle ships last night's check script: tonight's differs, so it is not run (a baseline is a
+    file from elsewhere) and the bug is unverified, not fixed."""
+    check = _command_corpus(tmp_path, "Mul", {"mul": ["Relu", "Mul"]})
+    assert batch(tmp_path, "corpus", "-o", "night1", *check).returncode == 1
+    (tmp_path / "runtime" / "broken").write_text("")
+    (tmp_path / "check.py").write_text(CHECK + "# changed\n")
+    done = batch(tmp_path, "corpus", "-o", "night2", "--baseline", "night1", *check)
+    assert done.returncode == 0, done.stderr
+    (bug,) = summary(tmp_path / "night2")["bugs"]
+    assert bug["status"] == "unverified" and "refusing to run the bundle's check command" in bug["reason"]
