@@ -252,7 +252,10 @@ def _repro_signature(out: Path, report: dict) -> dict:
     except Exception as exc:
         return {"reason": f"minimal.onnx cannot be read ({type(exc).__name__})"}
     final = report.get("final") or {}
-    signature = repro_signature(model, report.get("signature") or {}, final.get("reason", ""))
+    try:
+        signature = repro_signature(model, report.get("signature") or {}, str(final.get("reason", "")))
+    except Exception as exc:  # a repro we cannot read costs its bug id, never the batch
+        return {"reason": f"its repro's signature could not be computed ({type(exc).__name__}: {_one_line(exc)})"}
     reason = f"{summary_line(signature)}; {report.get('nodes_before')} -> {report.get('nodes_after')} nodes"
     return {"signature": signature, "signature_id": bug_id(signature), "signature_summary": summary_line(signature),
             "reason": reason}
