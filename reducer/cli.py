@@ -311,6 +311,55 @@ def bundle_verify(ctx, bundle_path: Path, trust_command: bool) -> None:
     ctx.exit(code)
 
 
+@cli.command(help="Check every model of CORPUS (a folder of .onnx files, searched recursively, or a .toml manifest), "
+             "reduce the failing ones, each in its own `reduce` process into RUN_DIR/models/NAME/, and group them into "
+             "bugs by their repro's signature: RUN_DIR/summary.json and junit.xml. The reduce options are every "
+             "model's defaults; a manifest overrides them per model. Running the same command again resumes. "
+             "Exit 0: no new bug; 1: new bugs; 2: bad input.")
+@click.argument("corpus", type=click.Path(path_type=Path))
+@input_options
+@oracle_options
+@output_option(required=True)
+@click.option("--strategy", "strategy", default=None, metavar="A,B,...", help="As for reduce.")
+@click.option("--max-checks", "max_checks", type=int, default=None, metavar="N", help="As for reduce, per model.")
+@click.option("--time-limit", "time_limit", type=float, default=None, metavar="SECONDS",
+              help="As for reduce, per model's search.")
+@click.option("--no-faithful", "no_faithful", is_flag=True, help="As for reduce.")
+@click.option("--minimal", "minimal", is_flag=True, help="As for reduce.")
+@click.option("--no-cause-check", "no_cause_check", is_flag=True, help="As for reduce.")
+@click.option("--jobs", "jobs", type=int, default=1, show_default=True,
+              help="Models reduced side by side (capped at the usable cores, memory and, for GPU runners, GPUs: one "
+              "GPU per model). Processes in all: about --jobs x --reduce-jobs.")
+@click.option("--reduce-jobs", "reduce_jobs", type=int, default=1, show_default=True,
+              help="Each reduction's own --jobs.")
+@click.option("--model-timeout", "model_timeout", type=float, default=3600.0, show_default=True, metavar="SECONDS",
+              help="A model's reduction is killed (its process group) after this long: a timeout record.")
+@click.option("--baseline", "baseline", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="PREV_RUN_DIR", help="A previous batch's RUN_DIR: each bug is new, still failing or fixed "
+              "(fixed once its models pass and its bundle no longer reproduces here).")
+@click.pass_context
+def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, **kwargs) -> None:
+    from reducer.batch import BatchOptions, run_batch
+    from reducer.batch_corpus import absolute_if_there
+
+    check_command = [absolute_if_there(arg, Path.cwd()) for arg in ctx.obj.get("check", [])]
+    _input_options(kwargs), _oracle_options(kwargs, check_command)  # bad values: refused before any model runs
+    if kwargs["strategy"]:
+        check_names([s.strip() for s in kwargs["strategy"].split(",") if s.strip()])
+    for flag, value in (("--jobs", jobs), ("--reduce-jobs", reduce_jobs)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1")
+    if not 0 < model_timeout < 1e9:
+        raise UsageError(f"--model-timeout must be a positive number of seconds, got {model_timeout:g}")
+    if baseline is not None and not baseline.is_dir():
+        raise UsageError(f"--baseline {baseline}: no such directory")
+    if kwargs["inputs"]:
+        kwargs["inputs"] = os.path.abspath(kwargs["inputs"])
+    defaults = {**kwargs, "input_shapes": list(kwargs["input_shapes"]), "jobs": reduce_jobs, "check": check_command}
+    options = BatchOptions(defaults, jobs, model_timeout)
+    ctx.exit(run_batch(corpus, _output_dir(output), options, baseline))
+
+
 def _summary(report: dict, out_dir: Path) -> str:
     status = report["status"]
     figures = (f"{report['nodes_before']} -> {report['nodes_after']} nodes in {report.get('checks', 0)} checks "

@@ -1,0 +1,409 @@
+"""`onnx-reduce batch`: every model of a corpus checked, the failing ones reduced, each in its own
+`onnx-reduce reduce` process (a crash, a hang or a malformed model costs that model only), side by side.
+
+RUN_DIR holds models/NAME/ (each reduction's output), records/NAME.json (a model's finished result: a re-run of
+the same command skips it), logs/NAME.log, summary.json and junit.xml."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reducer import output_dir
+from reducer.batch_corpus import Entry, load_corpus
+from reducer.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FAILING,
+    EXIT_NOT_REPRODUCED,
+    EXIT_REDUCED,
+    EXIT_TERMINATED,
+)
+
+RECORD_VERSION = 1
+KILL_GRACE = 10.0  # seconds a reduction has to write its report after SIGTERM before it is killed
+FAILING = ("reduced", "not-reproduced", "expected-failure")
+# what the command line gives every model, as `reduce` options (manifest settings override the first ones)
+SETTING_FLAGS = {"inputs": "--inputs", "runner": "--runner", "fail_on": "--fail-on", "atol": "--atol", "rtol": "--rtol"}
+VALUE_FLAGS = {"seed": "--seed", "input_range": "--input-range", "check_timeout": "--check-timeout",
+               "repeat": "--repeat", "min_fails": "--min-fails", "faithful_max": "--faithful-max",
+               "strategy": "--strategy", "max_checks": "--max-checks", "time_limit": "--time-limit", "jobs": "--jobs"}
+LIST_FLAGS = {"input_shapes": "--input-shapes", "fail_regex": "--fail-regex",
+              "ignore_fail_regex": "--ignore-fail-regex", "fail_code": "--fail-code",
+              "ignore_fail_code": "--ignore-fail-code"}
+SWITCHES = {"no_faithful": "--no-faithful", "minimal": "--minimal", "no_cause_check": "--no-cause-check"}
+
+
+@dataclass
+class BatchOptions:
+    defaults: dict  # reduce options from the command line, by the names above; "check": a command or []
+    jobs: int = 1  # models side by side
+    model_timeout: float | None = None
+    gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES values, one per model in turn
+
+
+def reduce_argv(entry: Entry, defaults: dict, out: Path) -> list[str]:
+    """The `onnx-reduce reduce` command line of one model: the command line's options, the manifest's over them."""
+    values = {**defaults, **entry.settings}
+    argv = ["reduce", str(entry.path), "-o", str(out)]
+    for key, flag in {**SETTING_FLAGS, **VALUE_FLAGS}.items():
+        if values.get(key) is not None:
+            argv += [flag, str(values[key])]
+    for key, flag in LIST_FLAGS.items():
+        for value in values.get(key) or ():
+            argv += [flag, str(value)]
+    argv += [flag for key, flag in SWITCHES.items() if values.get(key)]
+    if values.get("check"):
+        argv += ["--check", *values["check"]]
+    return argv
+
+
+def plan_jobs(entries: list[Entry], options: BatchOptions) -> None:
+    """Batch jobs x each reduction's jobs capped at what the machine has; GPU runners get one GPU per model."""
+    from reducer.options import usable_jobs
+
+    gpu = False
+    for entry in entries:
+        values = {**options.defaults, **entry.settings}
+        gpu = gpu or (not values.get("check") and uses_gpu(values.get("runner")))
+    if gpu:
+        from oracles.gpu import visible_gpus
+
+        options.gpus = [g.index for g in visible_gpus()]
+    each = int(options.defaults.get("jobs") or 1)
+    capped, why = usable_jobs(options.jobs * each, gpu)
+    if why:
+        options.jobs = max(1, capped // each)
+        print(f"onnx-reduce: note: --jobs {options.jobs} models at a time x --reduce-jobs {each}: {why}",
+              file=sys.stderr)
+
+
+@functools.cache
+def uses_gpu(runner: str | None) -> bool:
+    from oracles import make_runner
+
+    try:
+        return bool(getattr(make_runner(runner or "onnxruntime:cpu:fp16"), "uses_gpu", False))
+    except Exception:  # a bad runner spec: its reduction says so, in its own error record
+        return False
+
+
+class Batch:
+    """Runs the models not finished yet, `jobs` at a time; Ctrl-C or SIGTERM kills the running ones."""
+
+    def __init__(self, entries: list[Entry], run_dir: Path, options: BatchOptions, progress):
+        self.entries, self.run_dir, self.options, self.progress = entries, run_dir, options, progress
+        self.records: dict[str, dict] = {}
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._slots = list(range(max(1, options.jobs)))  # which GPU a model gets: its slot's
+
+    def run(self) -> dict[str, dict]:
+        for folder in ("models", "records", "logs"):
+            _own_folder(self.run_dir / folder)
+        todo = []
+        for entry in self.entries:
+            record = self._finished(entry)
+            if record:
+                self.records[entry.name] = record
+            else:
+                todo.append(entry)
+        self.progress.start(len(self.entries), len(self.entries) - len(todo))
+        pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs), thread_name_prefix="batch")
+        try:
+            pending = {pool.submit(self._run_one, entry) for entry in todo}
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    record = future.result()
+                    if record:
+                        self.records[record["name"]] = record
+                        self.progress.done(record)
+        except BaseException:
+            self._stop_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return self.records
+
+    def _finished(self, entry: Entry) -> dict | None:
+        """The model's record from an earlier run of the same command, when it finished."""
+        try:
+            record = json.loads((self.run_dir / "records" / f"{entry.name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        same = isinstance(record, dict) and record.get("version") == RECORD_VERSION
+        if same and record.get("argv") == self._argv(entry) and record.get("complete"):
+            return record
+        return None
+
+    def _argv(self, entry: Entry) -> list[str]:
+        return reduce_argv(entry, self.options.defaults, self.run_dir.absolute() / "models" / entry.name)
+
+    def _run_one(self, entry: Entry) -> dict | None:
+        with self._lock:
+            if self._stopping:
+                return None
+            slot = self._slots.pop(0)
+        try:
+            return self._reduce(entry, slot)
+        finally:
+            with self._lock:
+                self._slots.append(slot)
+
+    def _reduce(self, entry: Entry, slot: int) -> dict | None:
+        out = self.run_dir.absolute() / "models" / entry.name
+        _own_folder(out)
+        (self.run_dir / "records" / f"{entry.name}.json").unlink(missing_ok=True)
+        argv = self._argv(entry)
+        env = dict(os.environ)
+        runner = {**self.options.defaults, **entry.settings}.get("runner")
+        if self.options.gpus and uses_gpu(runner):
+            env["CUDA_VISIBLE_DEVICES"] = self.options.gpus[slot % len(self.options.gpus)]
+        started = time.monotonic()
+        timed_out = False
+        with open(_new_file(self.run_dir / "logs" / f"{entry.name}.log"), "w") as log:
+            with self._lock:
+                if self._stopping:
+                    return None
+                process = subprocess.Popen([sys.executable, "-m", "reducer", *argv], cwd=out, env=env, stdout=log,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           start_new_session=True, preexec_fn=_die_with_parent)
+                self._running.add(process)
+            try:
+                code = process.wait(timeout=self.options.model_timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _end_group(process)
+                code = process.returncode
+            finally:
+                with self._lock:
+                    self._running.discard(process)
+        if self._stopping:
+            return None  # interrupted: redone by the next run
+        seconds = time.monotonic() - started
+        record = model_record(entry, out, code, seconds, timed_out, self.options.model_timeout,
+                              self.run_dir / "logs" / f"{entry.name}.log")
+        # a reduction killed from outside (the OOM killer, a user) says nothing of the model: redone on resume
+        complete = timed_out or (code >= 0 and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED))
+        record.update(version=RECORD_VERSION, argv=argv, complete=complete, gpu=env.get("CUDA_VISIBLE_DEVICES"))
+        _write_json(self.run_dir / "records" / f"{entry.name}.json", record)
+        return record
+
+    def _stop_all(self) -> None:
+        with self._lock:
+            self._stopping = True
+            running = list(self._running)
+        for process in running:
+            _signal_group(process, signal.SIGTERM)  # each reduction writes its report, then ends
+        deadline = time.monotonic() + KILL_GRACE
+        for process in running:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _end_group(process)
+
+
+def model_record(entry: Entry, out: Path, code: int, seconds: float, timed_out: bool, timeout: float | None,
+                 log: Path) -> dict:
+    """What became of one model, from its reduction's exit code and report.json."""
+    record = {"name": entry.name, "path": entry.shown, "output": f"models/{entry.name}", "expect": entry.expect,
+              "known_bug": entry.bug, "exit_code": code, "seconds": round(seconds, 3), "nodes_before": None,
+              "nodes_after": None, "checks": 0, "bug": None}
+    if timed_out:
+        return {**record, "outcome": "timeout", "reason": f"no result after {timeout:g} s: killed"}
+    report = _read_report(out) if code in (EXIT_REDUCED, EXIT_NOT_FAILING, EXIT_NOT_REPRODUCED) else None
+    if report is None:
+        return {**record, "outcome": "error", "reason": _error_line(log, code)}
+    record.update(nodes_before=report.get("nodes_before"), nodes_after=report.get("nodes_after"),
+                  checks=report.get("checks", 0), status=report.get("status"))
+    status = report.get("status")
+    if status in ("not-failing", "flaky"):
+        outcome = "unexpected-pass" if entry.expect == "fail" else ("flaky" if status == "flaky" else "passing")
+        return {**record, "outcome": outcome, "reason": _one_line((report.get("original") or {}).get("reason", ""))}
+    if status not in ("reduced", "budget-exhausted", "not-reproduced"):
+        return {**record, "outcome": "error", "reason": f"the reduction ended as {status}"}
+    record["outcome"] = "not-reproduced" if status == "not-reproduced" else "reduced"
+    if entry.expect == "fail":
+        record["outcome"] = "expected-failure"
+    record.update(_repro_signature(out, report))
+    if (out / "bundle.zip").is_file():
+        record["bundle"] = f"models/{entry.name}/bundle.zip"
+    return record
+
+
+def _repro_signature(out: Path, report: dict) -> dict:
+    import onnx
+
+    from reducer.dedup import bug_id, repro_signature, summary_line
+
+    try:
+        model = onnx.load(str(out / "minimal.onnx"), load_external_data=False)
+    except Exception as exc:
+        return {"reason": f"minimal.onnx cannot be read ({type(exc).__name__})"}
+    final = report.get("final") or {}
+    try:
+        signature = repro_signature(model, report.get("signature") or {}, str(final.get("reason", "")))
+    except Exception as exc:  # a repro we cannot read costs its bug id, never the batch
+        return {"reason": f"its repro's signature could not be computed ({type(exc).__name__}: {_one_line(exc)})"}
+    reason = f"{summary_line(signature)}; {report.get('nodes_before')} -> {report.get('nodes_after')} nodes"
+    return {"signature": signature, "signature_id": bug_id(signature), "signature_summary": summary_line(signature),
+            "reason": reason}
+
+
+def _read_report(out: Path) -> dict | None:
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def _error_line(log: Path, code: int) -> str:
+    """The reduction's own one-line error, else how it ended."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    said = [line for line in lines if line.startswith(("onnx-reduce: error:", "onnx-reduce: internal error:"))]
+    if said:
+        return _one_line(said[-1].removeprefix("onnx-reduce: ").removeprefix("error: "))
+    return f"exit code {code}" + (f": {_one_line(lines[-1])}" if lines else "")
+
+
+def _one_line(text: str) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def _signal_group(process: subprocess.Popen, number: int) -> None:
+    try:
+        os.killpg(process.pid, number)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """A model that hangs or outlived its grace: its whole process group (reduction, workers, checks) killed."""
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+
+
+def _libc_prctl():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl() if sys.platform.startswith("linux") else None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the batch dies, even by SIGKILL, so no reduction outlives it (and holds its
+    output folder's lock when the batch is run again)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _own_folder(path: Path) -> None:
+    if path.is_symlink():
+        raise output_dir.OutputError(f"{path}: a symbolic link where the batch writes; refused")
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _new_file(path: Path) -> Path:
+    """A file the batch writes: never through a symbolic link planted there."""
+    if path.is_symlink():
+        path.unlink()
+    return path
+
+
+def _write_json(path: Path, data) -> None:
+    write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic: a reader (or a resumed run) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    _new_file(tmp).write_text(text)
+    os.replace(tmp, path)
+
+
+class BatchProgress:
+    """One line per finished model on stderr: how far, how many fail, and an ETA from this run's pace."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.started = stream, time.monotonic()
+        self.total = self.finished = self.skipped = 0
+        self.counts = {"failing": 0, "reduced": 0, "errors": 0}
+
+    def start(self, total: int, skipped: int) -> None:
+        self.total, self.finished, self.skipped = total, skipped, skipped
+        if skipped:
+            self.line(f"{skipped} of {total} models finished in an earlier run: not redone")
+
+    def done(self, record: dict) -> None:
+        self.finished += 1
+        outcome = record["outcome"]
+        self.counts["failing"] += outcome in FAILING
+        self.counts["reduced"] += outcome in ("reduced", "expected-failure")
+        self.counts["errors"] += outcome in ("error", "timeout")
+        elapsed = time.monotonic() - self.started
+        ran = self.finished - self.skipped
+        eta = elapsed / ran * (self.total - self.finished) if ran else 0.0
+        self.line(f"{self.finished}/{self.total} done, {self.counts['failing']} failing, {self.counts['reduced']} "
+                  f"reduced, {self.counts['errors']} errors, ETA {eta:.0f} s | {record['name']}: {outcome}"
+                  + (f" ({record['reason']})" if record.get("reason") else ""))
+
+    def line(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:7.1f}s] {text}", file=self.stream, flush=True)
+
+
+def run_batch(corpus: Path, run_dir: Path, options: BatchOptions, baseline: Path | None = None) -> int:
+    """The whole batch; returns the exit code: 0 no new bug, 1 new bugs. An interrupt writes the summary of what
+    finished and goes on as a KeyboardInterrupt."""
+    from reducer import batch_report
+
+    entries = load_corpus(corpus, skip=run_dir)
+    plan_jobs(entries, options)
+    previous = batch_report.read_baseline(baseline) if baseline else None
+    claim = output_dir.claim(run_dir)  # one batch at a time in RUN_DIR
+    progress = BatchProgress()
+    try:
+        batch = Batch(entries, run_dir, options, progress)
+        commands = [c for c in [options.defaults.get("check"), *(e.settings.get("check") for e in entries)] if c]
+        try:
+            records = batch.run()
+            summary = batch_report.summarize(entries, records, previous, trusted_commands=commands)
+        except KeyboardInterrupt:  # also while the baseline's bundles are re-verified: what finished is kept
+            summary = batch_report.summarize(entries, batch.records, None, interrupted=True)
+            batch_report.write_reports(run_dir, summary)
+            progress.line(f"interrupted: {len(batch.records)} of {len(entries)} models finished, in "
+                          f"{run_dir / 'summary.json'}; run the same command again to go on")
+            raise
+        batch_report.write_reports(run_dir, summary)
+    finally:
+        claim.release()
+    for line in batch_report.closing_lines(summary, run_dir):
+        progress.line(line)
+    return EXIT_NOT_FAILING if summary["counts"]["new_bugs"] else 0
+
