@@ -18,7 +18,7 @@ from oracles.base import CheckJob, Oracle, Verdict
 from reducer import counterfactual
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
-from reducer.candidate import Candidate, Materialized, materialize, save_model, shrunk_shape
+from reducer.candidate import Candidate, Materialized, is_frozen, materialize, save_model, shrunk_shape
 from reducer.counterfactual import CounterfactualRun, Proof
 from reducer.model import Model
 from strategies.base import Exact, Probe, SearchContext
@@ -289,7 +289,7 @@ class Reduction:
         observe = getattr(self.oracle, "observe", None)
         if len(candidate) <= PROBE_PIECE_NODES or observe is None or candidate.edits:
             return self.judge(candidate, mark_all=True)  # edits: the reference is a run of the candidate itself
-        if not self.checkable(candidate):  # unrunnable or unfaithful, as a whole: not checked, as in judge()
+        if not self._pieces_checkable(candidate):
             return None
         key = "layerwise:" + candidate.key()
         stats = self.counters.per_strategy.setdefault(self._strategy, StrategyStats())
@@ -308,6 +308,17 @@ class Reduction:
         if verdict is not None:
             self.cache.put(key, verdict)
         return verdict
+
+    def _pieces_checkable(self, candidate: Candidate) -> bool:
+        """What `checkable` says of the whole candidate, from the tensors it cuts, without building it (a copy of
+        100k nodes): every cut tensor was captured, and the faithfulness rule holds for them."""
+        model, kept = self.model, candidate.nodes
+        cut = {name for index in kept for name in model.node_reads[index]
+               if name in model.producer and model.producer[name] not in kept}
+        if any(name not in self.store for name in cut):
+            return False
+        fed = sorted(name for name in cut if not is_frozen(self.store.records[name]))
+        return not self.faithful or not unfaithful_reasons(model, self.store, fed, self.faithful_bound)
 
     def _probe_in_pieces(self, candidate: Candidate, observe, workdir: Path, stats: StrategyStats) -> Verdict | None:
         ordered = candidate.ordered()

@@ -149,31 +149,91 @@ def instrumented_run(argv: list[str], timings_path: Path) -> None:
             if kwargs.get("kind", "run") == "run":
                 waits["runner"] += time.perf_counter() - start
                 waits["runs"] += 1
+            else:
+                waits["capture"] = waits.get("capture", 0.0) + time.perf_counter() - start
 
     search = driver.Reduction.search
 
     def timed_search(self):
-        start, runner_before = time.perf_counter(), waits["runner"]
+        start, runner_before, runs_before = time.perf_counter(), waits["runner"], waits["runs"]
         try:
             return search(self)
         finally:
             waits["search"] += time.perf_counter() - start
             waits["search_runner"] = waits["runner"] - runner_before
+            waits["search_runs"] = waits["runs"] - runs_before
             counters = self.counters
             waits["candidates"] = counters.checks + counters.cache_hits + counters.unfaithful + counters.unrunnable
 
+    begin = driver.Reduction.start
+    waits["peak_mb_after"] = {}
+
+    def peak_mb(stage: str) -> None:
+        """The driver's peak RSS so far (VmHWM), after each stage: where it was reached."""
+        status = Path("/proc/self/status").read_text()
+        waits["peak_mb_after"][stage] = int(status.split("VmHWM:")[1].split()[0]) // 1024
+
+    def timed_start(self, judged=None):
+        peak_mb("reference")
+        started = time.perf_counter()
+        try:
+            return begin(self, judged)
+        finally:
+            waits["whole_check"] = time.perf_counter() - started
+            peak_mb("whole-model check")
+
+    reverify = driver.Reduction.reverify
+
+    def measured_reverify(self):
+        peak_mb("search")
+        waits["overhead_by_size"] = candidate_overhead(self)
+        try:
+            return reverify(self)
+        finally:
+            peak_mb("final re-check")
+
     def dump():
+        peak_mb("report and bundle")
         usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         timings_path.write_text(json.dumps({**waits, "rss_self_kb": usage, "rss_children_kb": children}))
 
     worker_module.Worker.run = timed_run
     driver.Reduction.search = timed_search
+    driver.Reduction.reverify = measured_reverify
+    driver.Reduction.start = timed_start
     atexit.register(dump)
     from reducer.cli import main
 
     sys.argv = ["onnx-reduce", *argv]
     main()
+
+
+def candidate_overhead(reduction) -> dict[int, float]:
+    """Milliseconds the driver spends on a candidate of k nodes before the worker runs it (materialize, key,
+    cache, faithfulness, feeds, reference; the model saved and checked as the oracle does): the median of
+    three candidates of each size, nodes from the top of the graph (above the overflow: faithful)."""
+    from reducer.candidate import Candidate, save_model
+
+    total = len(reduction.model)
+    checks, strategy = reduction.counters.checks, reduction._strategy
+    reduction._strategy = "overhead"
+    measured = {}
+    for size in sorted({1, 10, 100, 1000, 10000, total // 2}):
+        if size > total // 2:
+            continue
+        times = []
+        for shift in range(3):
+            start = time.perf_counter()
+            pending = reduction._prepare(Candidate(frozenset(range(shift, shift + size))), True, False)
+            pending.job.workdir.mkdir(parents=True, exist_ok=True)
+            save_model(pending.job.model, pending.job.workdir / "candidate.onnx")
+            times.append(time.perf_counter() - start)
+            shutil.rmtree(pending.job.workdir)
+        measured[size] = statistics.median(times) * 1000
+    reduction.counters.checks, reduction._strategy = checks, strategy  # not checks of the reduction
+    reduction.counters.per_strategy.pop("overhead", None)
+    return measured
 
 
 def run_ours(model: Path, inputs: Path, work: Path, limit: float) -> dict:
@@ -193,9 +253,13 @@ def run_ours(model: Path, inputs: Path, work: Path, limit: float) -> dict:
         raise SystemExit(f"onnx-reduce failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     report = json.loads((out / "report.json").read_text())
     measured = json.loads(timings.read_text())
-    overhead = (measured["search"] - measured["search_runner"]) / max(1, measured["candidates"])
+    # per run of the worker in the search: a probe in pieces is one candidate but a run a piece
+    overhead = (measured["search"] - measured["search_runner"]) / max(1, measured["search_runs"])
     return {"finished": True, "seconds": seconds, "checks": report["checks"], "nodes": report["nodes_after"],
             "kept": report["kept_nodes"], "overhead_ms": overhead * 1000, "candidates": measured["candidates"],
+            "overhead_by_size": measured.get("overhead_by_size", {}), "runs": measured["runs"],
+            "capture": measured.get("capture", 0.0), "whole_check": measured.get("whole_check", 0.0),
+            "search": measured["search"], "peak_mb_after": measured["peak_mb_after"],
             "rss_mb": max(measured["rss_self_kb"], measured["rss_children_kb"]) / 1024,
             "rss_driver_mb": measured["rss_self_kb"] / 1024, "rss_workers_mb": measured["rss_children_kb"] / 1024}
 
@@ -317,17 +381,21 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
         "--fail-on nan`, the default search, from an empty output directory. Polygraphy: `polygraphy debug reduce "
         "--mode=bisect --check CMD` with CMD = `scripts/check_candidate.py` on the same runner and check, fed every "
         "tensor of an fp32 reference run (prepared before its clock starts).",
-        "Overhead per candidate: the driver's time in the search outside waiting on the runner's worker "
-        "(materialize, hash, cache, faithfulness, save and check the model, feeds, verdict), divided by the "
-        "candidates it considered. Peak RSS: the largest process (the driver, or a worker running ONNX Runtime).",
+        "Overhead: the driver's own time (materialize, key, cache, faithfulness, feeds, reference, the model "
+        "saved and checked) outside waiting on the runner's worker. *Per run*: over the search, divided by the "
+        "worker's runs in it (a probe in pieces is one candidate, a run a piece). *Per candidate of k nodes*: "
+        "measured on the reduction's own model and store before its final re-check, k nodes from the top of "
+        "the graph, the median of three. Peak RSS: the largest process (the driver, or a worker running ONNX "
+        "Runtime).",
         "",
-        "| graph | nodes | model MB | ours: s / checks / nodes left | overhead per candidate | peak RSS MB "
-        "(driver, worker) | polygraphy: s / checks / nodes left |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| graph | nodes | model MB | ours: s / checks / nodes left | overhead per run | overhead per candidate "
+        "of 1 / 100 / 1000 / n/2 nodes, ms | peak RSS MB (driver, worker) | polygraphy: s / checks / nodes left |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         ours, theirs = row["ours"], row["polygraphy"]
-        ours_cell = (f"{ours['seconds']:.1f} / {ours['checks']} / {ours['nodes']}" if ours.get("finished")
+        done = ours.get("finished")
+        ours_cell = (f"{ours['seconds']:.1f} / {ours['checks']} / {ours['nodes']}" if done
                      else f"did not finish in {ours['seconds']:.0f} s")
         if theirs is None:
             theirs_cell = "not run"
@@ -337,18 +405,32 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
             theirs_cell = f"failed after {theirs['seconds']:.0f} s"
         else:
             theirs_cell = f"did not finish in {theirs['seconds']:.0f} s ({theirs['checks']} checks run)"
-        overhead = f"{ours['overhead_ms']:.1f} ms" if ours.get("finished") else "-"
-        rss = (f"{ours['rss_mb']:.0f} ({ours['rss_driver_mb']:.0f}, {ours['rss_workers_mb']:.0f})"
-               if ours.get("finished") else "-")
-        lines.append(f"| {row['kind']} | {row['nodes']} | {row['model_mb']:.1f} | {ours_cell} | {overhead} | {rss} "
-                     f"| {theirs_cell} |")
+        by_size = {int(k): v for k, v in ours.get("overhead_by_size", {}).items()}
+        sizes = [k for k in (1, 100, 1000) if k in by_size] + ([max(by_size)] if by_size else [])
+        per_size = " / ".join(f"{by_size[k]:.1f}" for k in dict.fromkeys(sizes)) if by_size else "-"
+        overhead = f"{ours['overhead_ms']:.1f} ms" if done else "-"
+        rss = f"{ours['rss_mb']:.0f} ({ours['rss_driver_mb']:.0f}, {ours['rss_workers_mb']:.0f})" if done else "-"
+        lines.append(f"| {row['kind']} | {row['nodes']} | {row['model_mb']:.1f} | {ours_cell} | {overhead} "
+                     f"| {per_size} | {rss} | {theirs_cell} |")
+    lines += ["", "Where our seconds went: the reference capture (the worker), the whole model's check (its first "
+              "check), the search (probe included), the rest (loading, the final re-check, report, bundle):", "",
+              "| graph | nodes | capture | whole-model check | search | rest |", "|---|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        ours = row["ours"]
+        if ours.get("finished"):
+            rest = ours["seconds"] - ours["capture"] - ours["whole_check"] - ours["search"]
+            lines.append(f"| {row['kind']} | {row['nodes']} | {ours['capture']:.1f} | {ours['whole_check']:.1f} "
+                         f"| {ours['search']:.1f} | {rest:.1f} |")
     lines.append("")
     for kind in dict.fromkeys(r["kind"] for r in rows):
         points = [(r["nodes"], r["ours"]["seconds"]) for r in rows if r["kind"] == kind and r["ours"].get("finished")]
         exponent = fitted_exponent(points)
         if exponent is not None:
-            lines.append(f"- {kind}: time to the minimal repro grows as nodes^{exponent:.2f} "
-                         f"(least squares over {', '.join(str(n) for n, _ in points)} nodes).")
+            ours_only = fitted_exponent([(r["nodes"], r["ours"]["seconds"] - r["ours"]["whole_check"]) for r in rows
+                                         if r["kind"] == kind and r["ours"].get("finished")])
+            lines.append(f"- {kind}: time to the minimal repro grows as nodes^{exponent:.2f} (least squares over "
+                         f"{', '.join(str(n) for n, _ in points)} nodes); without the whole model's check, "
+                         f"nodes^{ours_only:.2f}.")
     return "\n".join(lines) + "\n"
 
 

@@ -145,6 +145,17 @@ def test_a_probe_in_pieces_of_a_passing_candidate_passes(probing, monkeypatch):
     assert reduction.counters.per_strategy["initial"].probe_pieces == -(-planted_index(60) // 8)
 
 
+@pytest.mark.parametrize("piece", [6, 1000])
+def test_a_probe_of_a_candidate_fed_a_value_fp16_cannot_hold_is_not_run(probing, monkeypatch, piece):
+    """The nodes below the overflow alone would be fed its 1e5: unfaithful, not checked, in pieces or whole."""
+    reduction = probing("chain", 60)
+    monkeypatch.setattr(driver, "PROBE_PIECE_NODES", piece)
+    below = Candidate(frozenset(range(planted_index(60) + 1, 60)))
+    assert reduction.probe(below) is None
+    assert reduction.counters.checks == 0
+    assert reduction.probe(below.keeping(range(planted_index(60), 60))) is not None  # the overflow kept: runs
+
+
 def test_localize_keeps_the_planted_node_from_a_probe_in_pieces(probing, monkeypatch):
     """The strategy as the driver runs it: the probe's earliest failing tensor is the node tried alone."""
     reduction = probing("transformer", 49)
