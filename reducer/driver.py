@@ -321,12 +321,13 @@ class Reduction:
         return not self.faithful or not unfaithful_reasons(model, self.store, fed, self.faithful_bound)
 
     def _probe_in_pieces(self, candidate: Candidate, observe, workdir: Path, stats: StrategyStats) -> Verdict | None:
+        """Each piece's verdict in turn, up to the first that fails; None where a piece cannot be built."""
         ordered = candidate.ordered()
         pieces = [ordered[start:start + PROBE_PIECE_NODES] for start in range(0, len(ordered), PROBE_PIECE_NODES)]
-        read_later: list[set[str]] = [set() for _ in pieces]  # tensors a later piece reads, per piece
-        for number in range(len(pieces) - 2, -1, -1):
-            read_later[number] = read_later[number + 1] | {
-                name for index in pieces[number + 1] for name in self.model.node_reads[index]}
+        last_read: dict[str, int] = {}  # tensor -> the last piece that reads it
+        for number, piece in enumerate(pieces):
+            for index in piece:
+                last_read.update(dict.fromkeys(self.model.node_reads[index], number))
         computed: dict[str, Path] = {}  # tensor -> what the target computed for it, for the pieces after
         verdict = None
         for number, piece in enumerate(pieces):
@@ -350,7 +351,7 @@ class Reduction:
                 return verdict
             for name, value in result.outputs.items():
                 tensor = built.reference_name(name)
-                if tensor in read_later[number]:
+                if last_read.get(tensor, -1) > number:
                     computed[tensor] = workdir / f"computed-{len(computed):06d}.npy"
                     np.save(computed[tensor], np.asarray(value))
         return verdict
