@@ -6,6 +6,7 @@ Speed targets live in BENCHMARKS.md ("## Scale"), not here."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -256,3 +257,31 @@ def test_fp16_storage_gives_an_identity_of_a_rounded_value_the_rounded_value(tmp
     np.testing.assert_array_equal(out["x_shown"], rounded)
     np.testing.assert_array_equal(out["shown"], (rounded * 3).astype(np.float16).astype(np.float32))
     assert np.isinf(out["shown"][1])  # 9e4: fp16 cannot hold it, shown as the target holds it
+
+
+# -- memory: one copy of the model's weights ------------------------------------------------------------------
+HOLDS = """
+import sys
+from reducer.model import load_model
+
+def rss_mb():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) / 1024
+
+before = rss_mb()
+model = load_model(sys.argv[1])
+print(rss_mb() - before)
+"""
+
+
+def test_a_loaded_model_holds_its_weights_once(tmp_path):
+    """The types shape inference worked out are kept, not the inferred copy of the model (weights and all)."""
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((2048, 4096)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"), helper.make_node("Relu", ["m"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096])], [weight])
+    path = tmp_path / "weights.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    weights_mb = path.stat().st_size / 2**20  # 32 MB
+    done = subprocess.run([sys.executable, "-c", HOLDS, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 1.5 * weights_mb  # one copy, not two
