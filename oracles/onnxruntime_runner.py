@@ -164,7 +164,7 @@ class OnnxRuntimeRunner:
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
         options.log_severity_level = 2 if self.uses_gpu else 3  # a GPU provider's load failure is a warning
         if self.converts:
-            source = self.executed_model(model or onnx.load(str(model_path))).SerializeToString()
+            source = self.executed_model(model if model is not None else onnx.load(str(model_path))).SerializeToString()
         elif external_dir is not None or model is not None:
             source = model.SerializeToString() if model is not None else Path(model_path).read_bytes()
             external_dir = external_dir or Path(model_path).parent
