@@ -359,6 +359,7 @@ def profile(kind: str, nodes: int, work: Path) -> None:
         stats.sort_stats("cumulative").print_stats(45)
         stats.sort_stats("tottime").print_stats(25)
         print(timings.read_text())
+        shutil.rmtree(work, ignore_errors=True)  # the CLI ends the process: main's own clean-up never runs
 
     atexit.register(report)  # registered first: runs after the timings are written
     profiler.enable()
