@@ -25,6 +25,9 @@ LEVELS = {"O0": "ORT_DISABLE_ALL", "O1": "ORT_ENABLE_BASIC", "O2": "ORT_ENABLE_E
 PRECISIONS = {"cpu": ("fp32", "fp16", "fp16-storage"), "cuda": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16")}
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 CAPTURE_BUDGET_BYTES = 256 << 20
+# The reference capture of a larger model runs in pieces of this many nodes: a session whose every tensor is
+# an output costs ONNX Runtime more than linearly in their number (see reducer/driver.py, PROBE_PIECE_NODES).
+CAPTURE_PIECE_NODES = 1000
 
 
 class RunnerUnavailableError(RuntimeError):
@@ -140,22 +143,20 @@ class OnnxRuntimeRunner:
     def capture(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None,
                 budget_bytes: int = CAPTURE_BUDGET_BYTES):
         """Yield (name, value) for every output, fetching a group at a time so that at most about
-        `budget_bytes` of activations are held at once; the group size adapts to the sizes seen."""
-        import numpy as np
+        `budget_bytes` of activations are held at once; the group size adapts to the sizes seen. A model of
+        more than CAPTURE_PIECE_NODES nodes runs in pieces of that many (see capture_pieces)."""
+        import onnx
 
-        session = self._session(model_path, external_dir)
-        names = [o.name for o in session.get_outputs()]
-        position, group = 0, 64
-        while position < len(names):
-            wanted = names[position : position + group]
-            values = session.run(wanted, dict(feeds))
-            held = sum(v.nbytes for v in values if isinstance(v, np.ndarray)) or 1
-            yield from zip(wanted, values, strict=True)
-            del values
-            position += len(wanted)
-            group = max(1, min(4 * group, int(len(wanted) * budget_bytes / held)))
+        model = onnx.load(str(model_path), load_external_data=False)
+        if len(model.graph.node) <= CAPTURE_PIECE_NODES or not _tensors_only(model.graph):
+            yield from _fetch(self._session(model_path, external_dir), dict(feeds), budget_bytes)
+            return
+        yield from capture_pieces(model, feeds, lambda piece: self._session(model_path, external_dir, piece),
+                                  budget_bytes)
 
-    def _session(self, model_path: Path, external_dir: Path | None):
+    def _session(self, model_path: Path, external_dir: Path | None, model: onnx.ModelProto | None = None):
+        """A session for the model at `model_path`, or for `model` (a piece of it, whose external data lives
+        where the model's does)."""
         import onnx
         import onnxruntime as ort
 
@@ -163,9 +164,10 @@ class OnnxRuntimeRunner:
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
         options.log_severity_level = 2 if self.uses_gpu else 3  # a GPU provider's load failure is a warning
         if self.converts:
-            source = self.executed_model(onnx.load(str(model_path))).SerializeToString()
-        elif external_dir is not None:
-            source = Path(model_path).read_bytes()
+            source = self.executed_model(model if model is not None else onnx.load(str(model_path))).SerializeToString()
+        elif external_dir is not None or model is not None:
+            source = model.SerializeToString() if model is not None else Path(model_path).read_bytes()
+            external_dir = external_dir or Path(model_path).parent
             # weights stay where the original model keeps them; ORT reads them from there
             options.add_session_config_entry(
                 "session.model_external_initializers_file_folder_path", str(external_dir)
@@ -188,6 +190,67 @@ class OnnxRuntimeRunner:
                 "see the log for the library it could not find"
             )
         return session
+
+
+def _fetch(session, feeds: dict, budget_bytes: int):
+    """Every output of a session, a group at a time (about `budget_bytes` held at once)."""
+    import numpy as np
+
+    names = [o.name for o in session.get_outputs()]
+    position, group = 0, 64
+    while position < len(names):
+        wanted = names[position : position + group]
+        values = session.run(wanted, feeds)
+        held = sum(v.nbytes for v in values if isinstance(v, np.ndarray)) or 1
+        yield from zip(wanted, values, strict=True)
+        del values
+        position += len(wanted)
+        group = max(1, min(4 * group, int(len(wanted) * budget_bytes / held)))
+
+
+def _tensors_only(graph: onnx.GraphProto) -> bool:
+    """No sequence or optional values at the top level: every value a piece hands on can be a typed input."""
+    return not any("Sequence" in node.op_type or "Optional" in node.op_type for node in graph.node)
+
+
+def capture_pieces(model: onnx.ModelProto, feeds: dict[str, np.ndarray], session_for, budget_bytes: int):
+    """Every tensor of `model` (nodes in topological order), CAPTURE_PIECE_NODES nodes at a time: each piece a
+    model of its own, fed the graph inputs and what the pieces before it computed (held until the last piece
+    that reads them). At the reference's level (no graph optimizations) the values are the whole model's."""
+    import onnx
+
+    from reducer.model import outer_reads
+
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    nodes = list(graph.node)
+    reads = [[n for n in [*node.input, *outer_reads(node)] if n] for node in nodes]
+    last_read: dict[str, int] = {}  # tensor -> the last piece that reads it
+    for index, names in enumerate(reads):
+        for name in names:
+            last_read[name] = index // CAPTURE_PIECE_NODES
+    held: dict[str, np.ndarray] = dict(feeds)
+    for number, start in enumerate(range(0, len(nodes), CAPTURE_PIECE_NODES)):
+        piece = nodes[start : start + CAPTURE_PIECE_NODES]
+        produced = {name for node in piece for name in node.output if name}
+        needed = dict.fromkeys(n for names in reads[start : start + CAPTURE_PIECE_NODES] for n in names
+                               if n not in produced)
+        part = onnx.helper.make_graph(
+            piece, f"{graph.name}_piece{number}",
+            [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(held[n].dtype), held[n].shape)
+             for n in needed if n not in initializers],
+            [onnx.ValueInfoProto(name=n) for node in piece for n in node.output if n],
+            [initializers[n] for n in needed if n in initializers])
+        proto = onnx.helper.make_model(part, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+        proto.functions.extend(model.functions)
+        session = session_for(proto)
+        for name, value in _fetch(session, {n: held[n] for n in needed if n not in initializers}, budget_bytes):
+            if last_read.get(name, -1) > number:
+                held[name] = value
+            yield name, value
+        del session
+        for name in [n for n in held if last_read.get(n, -1) <= number]:
+            del held[name]
 
 
 def exact_outputs(model: onnx.ModelProto) -> set[str]:
@@ -299,6 +362,7 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
 
     # graph inputs keep their names (callers feed them); their readers read a rounded copy
     rounded_inputs = {i.name: f"{i.name}__rounded" for i in graph.input if i.name in float32}
+    rounded_copies = set(rounded_inputs.values())
     for name, copy in rounded_inputs.items():
         nodes.extend(casts(name, copy))
     for original in graph.node:
@@ -308,8 +372,10 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
             if name in rounded_inputs:
                 node.input[position] = rounded_inputs[name]
         after = []
+        # an Identity of a rounded value (a layerwise probe shows every tensor through one) is rounded already
+        copies_rounded = node.op_type == "Identity" and (node.input[0] in float32 or node.input[0] in rounded_copies)
         for position, name in enumerate(node.output):
-            if name in float32:  # the producer writes a raw copy; the tensor itself is the rounded value
+            if name in float32 and not copies_rounded:  # the producer writes a raw copy; the tensor: rounded
                 node.output[position] = f"{name}__fp32"
                 after.extend(casts(f"{name}__fp32", name))
         nodes.append(node)

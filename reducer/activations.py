@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ if TYPE_CHECKING:  # the reference worker writes the store: it need not import t
     from reducer.model import Model
 
 REFERENCE_RUNNER = "onnxruntime:cpu:fp32:O0"  # fp32, graph optimizations off: the plain semantics
+# Smaller tensors are read whole: mapping a file costs more than reading it (a probe of 100k nodes loads
+# the reference of every tensor), and a small one held in memory costs nothing worth mapping.
+MAPPED_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,16 @@ class ActivationStore:
         return self.root / self.records[name].file
 
     def load(self, name: str) -> np.ndarray:
-        return np.load(self.path(name), mmap_mode="r", allow_pickle=False)
+        """Read-only: memory-mapped, or (a small tensor) read whole."""
+        record = self.records[name]
+        if np.dtype(record.dtype).itemsize * int(np.prod(record.shape)) >= MAPPED_BYTES:
+            return np.load(self.path(name), mmap_mode="r", allow_pickle=False)
+        data = self.path(name).read_bytes()
+        array = _plain_npy(data, record)
+        if array is None:  # not as this store writes its files: numpy's own reader
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+            array.flags.writeable = False
+        return array
 
     @classmethod
     def open(cls, root: Path, key: str) -> ActivationStore | None:
@@ -57,7 +70,11 @@ class ActivationStore:
         records = {
             name: TensorRecord(**{**rec, "shape": tuple(rec["shape"])}) for name, rec in index["tensors"].items()
         }
-        if not all((root / rec.file).is_file() for rec in records.values()):
+        try:  # one listing, not a look-up per tensor (100k of them at 100k nodes)
+            present = {entry.name for entry in os.scandir(root) if entry.is_file()}
+        except OSError:
+            return None
+        if not all(rec.file in present for rec in records.values()):
             return None
         return cls(root, records, key)
 
@@ -95,6 +112,19 @@ def _save(path: Path, array: np.ndarray) -> None:
         if exc.filename is not None or exc.errno is None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from None  # which file the disk could not take
+
+
+def _plain_npy(data: bytes, record: TensorRecord) -> np.ndarray | None:
+    """A version 1 .npy file of a C-ordered array of the record's dtype and shape, read without numpy's
+    header parser (which compiles the header: most of the time a small tensor takes to load); else None."""
+    if data[:8] != b"\x93NUMPY\x01\x00":
+        return None
+    start = 10 + int.from_bytes(data[8:10], "little")
+    header = data[10:start]
+    if b"'fortran_order': False" not in header or f"'descr': '{record.dtype}'".encode() not in header:
+        return None
+    array = np.frombuffer(data, dtype=record.dtype, offset=start)
+    return array.reshape(record.shape) if array.size == int(np.prod(record.shape)) else None
 
 
 def _describe(file: str, array: np.ndarray) -> TensorRecord:

@@ -379,7 +379,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
         else:
             record = store.records[name]
-            if np.dtype(record.dtype).kind in "iub" and int(np.prod(record.shape)) <= FROZEN_INT_MAX_ELEMENTS:
+            if is_frozen(record):
                 graph.initializer.append(numpy_helper.from_array(np.array(store.load(name)), name))
                 frozen.append(name)
             else:
@@ -422,6 +422,11 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices)
 
 
+def is_frozen(record) -> bool:
+    """Whether a cut tensor with this record becomes a constant (a small integer tensor), not an input."""
+    return np.dtype(record.dtype).kind in "iub" and int(np.prod(record.shape)) <= FROZEN_INT_MAX_ELEMENTS
+
+
 def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:
     original = model.proto
     proto = onnx.helper.make_model(graph, opset_imports=list(original.opset_import))
@@ -451,7 +456,7 @@ def save_model(proto: onnx.ModelProto, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     if proto.ByteSize() > TWO_GIB_MARGIN:
         onnx.save(proto, str(tmp), save_as_external_data=True, location=path.name + ".data")
-    else:
-        onnx.save(proto, str(tmp))
+    else:  # the bytes as they are: onnx.save would first look through every tensor for external data
+        tmp.write_bytes(proto.SerializeToString())
     onnx.checker.check_model(str(tmp))
     os.replace(tmp, path)

@@ -327,7 +327,8 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     types = {}
     for info in [*graph.value_info, *graph.input, *graph.output]:
         if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
-            types[info.name] = info.type
+            types[info.name] = onnx.TypeProto()
+            types[info.name].CopyFrom(info.type)  # a reference would keep the inferred copy (weights too) alive
     return types
 
 
