@@ -216,9 +216,55 @@ def _body_values(model: Model, edit: BodyCut, store: ActivationStore):
         if name in outputs and outputs[name] in store:  # a branch output: shaped as the If's output
             reference = np.asarray(store.load(outputs[name]))
             return reference.copy() if taken else np.zeros_like(reference)
+        if not taken:  # a branch that never runs: any value of the right type and shape will do
+            known = _inferred_inner_types(model, store).get(name)
+            if known is not None:
+                return np.zeros(known[1], dtype=known[0])
         return None
 
     return value
+
+
+_INNER_TYPES: dict[tuple[str, str], dict[str, tuple[np.dtype, tuple[int, ...]]]] = {}
+
+
+def _inferred_inner_types(model: Model, store: ActivationStore) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """Tensors inside bodies whose dtype and every dim ONNX shape inference works out, given the shapes the
+    model's inputs are fed (with data propagation: Shape -> Gather -> ConstantOfShape chains resolve)."""
+    key = (model.fingerprint, store.key)
+    if key not in _INNER_TYPES:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model.proto)
+        for graph_input in proto.graph.input:
+            if graph_input.name in store and graph_input.type.HasField("tensor_type"):
+                shape = graph_input.type.tensor_type.shape
+                shape.ClearField("dim")
+                for size in store.records[graph_input.name].shape:
+                    shape.dim.add().dim_value = int(size)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        except Exception:  # inference is a help: without it, a not-run branch keeps what it cannot replace
+            inferred = proto
+        found: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+
+        def collect(graph: onnx.GraphProto) -> None:
+            for info in [*graph.value_info, *graph.output]:
+                tensor = info.type.tensor_type
+                if info.type.HasField("tensor_type") and tensor.elem_type and tensor.HasField("shape") and all(
+                        d.HasField("dim_value") for d in tensor.shape.dim):
+                    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+                    found[info.name] = (dtype, tuple(d.dim_value for d in tensor.shape.dim))
+            for node in graph.node:
+                for attribute in node.attribute:
+                    if attribute.type == onnx.AttributeProto.GRAPH:
+                        collect(attribute.g)
+
+        for node in inferred.graph.node:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    collect(attribute.g)
+        _INNER_TYPES[key] = found
+    return _INNER_TYPES[key]
 
 
 def _taken_body(model: Model, index: int) -> str | None:

@@ -231,3 +231,22 @@ def test_an_if_that_must_stay_is_reduced_inside_its_branches(tmp_path):
     assert report["strategies"]["branches"]["checks"] >= 1  # the inlined model reached the search
     onnx.checker.check_model(minimal, full_check=True)
     ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+ABS_IN_THE_OTHER_BRANCH = MULTIPLYING_IF.replace('a.name == "then_branch"', 'a.name == "else_branch"').replace(
+    'inner.op_type == "Mul"', 'inner.op_type == "Abs"')
+
+
+def test_the_branch_that_never_ran_is_cut_with_values_shape_inference_gives(tmp_path):
+    """The reference took the then-branch, so nothing in the else-branch was captured: a node there that
+    others read is replaced by zeros of the type and shape inference works out from the fed shapes."""
+    check = tmp_path / "check.py"
+    check.write_text(ABS_IN_THE_OTHER_BRANCH)
+    done, report, minimal = _reduce(tmp_path, if_model(), "--no-cause-check", "--fail-regex", "BUG", "--check",
+                                    sys.executable, str(check), "{model}")
+    branches = {a.name: a.g for a in minimal.graph.node[0].attribute}
+    assert [n.op_type for n in minimal.graph.node] == ["If"], done.stderr
+    assert [n.op_type for n in branches["else_branch"].node] == ["Abs"]  # its Neg given as zeros
+    assert not branches["then_branch"].node
+    assert report["nodes_after"] == 2
+    onnx.checker.check_model(minimal, full_check=True)
