@@ -255,7 +255,9 @@ def test_fp16_storage_gives_an_identity_of_a_rounded_value_the_rounded_value(tmp
     out = make_runner("onnxruntime:cpu:fp16-storage").run(path, {"x": x})
     rounded = x.astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(out["x_shown"], rounded)
-    np.testing.assert_array_equal(out["shown"], (rounded * 3).astype(np.float16).astype(np.float32))
+    with np.errstate(over="ignore"):  # 9e4 becomes Inf in fp16, as it should
+        expected = (rounded * 3).astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(out["shown"], expected)
     assert np.isinf(out["shown"][1])  # 9e4: fp16 cannot hold it, shown as the target holds it
 
 
