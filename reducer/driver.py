@@ -590,9 +590,15 @@ class Reduction:
         top-level search cannot cut inside them (strategies/bodies.py does)."""
         if not self.limits.economy or self.limits.max_checks is not None:
             return None
-        kept_ifs = [self.model.nodes[i] for i in self.best.nodes if self.model.nodes[i].op_type == "If"]
-        inside = sum(2 * max(1, len(body.node)).bit_length() for node in kept_ifs for body in subgraphs(node))
+        inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
         return default_budget(len(self.model)) + inside
+
+    @cached_property
+    def _if_bisection_costs(self) -> dict[int, int]:
+        """Each If's branches' bisection cost, `2 * bit_length(nodes)` a branch (looked up per check: a
+        100k-node model has few Ifs)."""
+        return {index: sum(2 * max(1, len(body.node)).bit_length() for body in subgraphs(node))
+                for index, node in enumerate(self.model.nodes) if node.op_type == "If"}
 
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
