@@ -229,6 +229,7 @@ def load_model(path: str | os.PathLike) -> Model:
     if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.graph.node:
         raise BadModelError(f"{path}: not a valid ONNX model (no graph with nodes in it)")
     external_files = _check_external_data(proto, path.parent)
+    _refuse_over_two_gib(proto, path)
 
     graph = proto.graph
     initializers = {t.name: t for t in graph.initializer}
@@ -298,6 +299,23 @@ def _topological_order(graph, reads, producer, path) -> list[int]:
         cycle = nx.find_cycle(dag)
         names = " -> ".join(graph.node[a].name or f"#{a}" for a, _ in cycle)
         raise BadModelError(f"{path}: the graph has a cycle ({names})") from None
+
+
+TWO_GIB = 2**31
+
+
+def _refuse_over_two_gib(proto: onnx.ModelProto, path: Path) -> None:
+    """A model whose weights pass protobuf's 2 GiB limit cannot be reduced yet (every candidate is one
+    serialized proto, in the reducer and in its workers): said in one line, before anything runs."""
+    total = 0
+    for tensor in _all_tensors(proto.graph):
+        if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+            continue
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    if total >= TWO_GIB:
+        raise BadModelError(f"{path}: its weights hold {total / 2**30:.1f} GiB; models over 2 GiB are not "
+                            "supported yet (a candidate must fit in one protobuf message)")
 
 
 def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:

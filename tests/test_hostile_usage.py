@@ -317,3 +317,22 @@ def test_hostile_names_never_escape_the_output(work, name):
     with zipfile.ZipFile(out / "bundle.zip") as archive:
         for member in archive.namelist():
             assert member.startswith("bundle/") and ".." not in Path(member).parts, member
+
+
+def test_a_model_over_two_gib_is_refused_in_one_line_before_anything_runs(tmp_path):
+    """Its weights in an external file (sparse here: no disk is used): every candidate is one protobuf message,
+    which cannot pass 2 GiB, so this is said at once instead of an internal error after minutes."""
+    weight = numpy_helper.from_array(np.zeros(1, np.float32), "w")
+    weight.ClearField("raw_data")
+    weight.dims[:] = [600_000_000]  # 2.2 GiB of float32
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(600_000_000 * 4))):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    nodes = [helper.make_node("ReduceSum", ["w"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Add", ["x", "s"], ["y"], name="add")]
+    model = _model(nodes, [_value("x")], [_value("y")], [weight])
+    write_model(tmp_path / "models" / "big.onnx", model)
+    with open(tmp_path / "models" / "w.bin", "wb") as sparse:
+        sparse.truncate(600_000_000 * 4)
+    assert_bad_input(tmp_path, "reduce", "models/big.onnx", "-o", "out", *FP32, mentions=("2 GiB", "not supported"))
