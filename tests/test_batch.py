@@ -442,3 +442,24 @@ def test_a_baseline_bundles_command_runs_only_when_it_is_tonights(tmp_path):
     assert done.returncode == 0, done.stderr
     (bug,) = summary(tmp_path / "night2")["bugs"]
     assert bug["status"] == "unverified" and "refusing to run the bundle's check command" in bug["reason"]
+
+
+def test_the_corpus_manifest_for_batch_holds_every_corpus_case():
+    """corpus/batch.toml, README's example of a real nightly corpus: the cases of corpus/manifest.json, with
+    the same model, inputs and oracle."""
+    from corpus_files import CORPUS, corpus_model
+
+    from reducer.batch_corpus import load_corpus
+
+    cases = json.loads((CORPUS / "manifest.json").read_text())
+    for case in cases:
+        corpus_model(case["model"])
+    entries = {entry.name: entry for entry in load_corpus(CORPUS / "batch.toml")}
+    assert sorted(entries) == sorted(case["name"] for case in cases)
+    for case in cases:
+        entry = entries[case["name"]]
+        assert entry.path == (CORPUS / case["model"]).resolve()
+        assert Path(entry.settings["inputs"]) == (CORPUS / case["inputs"]).resolve()
+        assert entry.settings.get("runner", "onnxruntime:cpu:fp16") == case["runner"]
+        assert entry.settings["fail_on"] == case["fail_on"]
+        assert entry.expect == "pass"  # the failing ones are reported as bugs, as a first night would
