@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reducer import output_dir
+from reducer import batch_cache, output_dir
 from reducer.batch_corpus import Entry, load_corpus
 from reducer.errors import (
     EXIT_INTERRUPTED,
@@ -49,6 +49,7 @@ class BatchOptions:
     jobs: int = 1  # models side by side
     model_timeout: float | None = None
     gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES values, one per model in turn
+    cache: Path | None = None  # results shared from night to night (reducer/batch_cache.py)
 
 
 def reduce_argv(entry: Entry, defaults: dict, out: Path) -> list[str]:
@@ -107,6 +108,7 @@ class Batch:
         self._lock = threading.Lock()
         self._stopping = False
         self._slots = list(range(max(1, options.jobs)))  # which GPU a model gets: its slot's
+        self._versions = batch_cache.runtime_versions() if options.cache else {}
 
     def run(self) -> dict[str, dict]:
         for folder in ("models", "records", "logs"):
@@ -166,6 +168,11 @@ class Batch:
         _own_folder(out)
         (self.run_dir / "records" / f"{entry.name}.json").unlink(missing_ok=True)
         argv = self._argv(entry)
+        key = batch_cache.result_key(entry.path, argv[:2] + argv[4:], self._versions) if self.options.cache else None
+        if key is not None:
+            cached = self._from_cache(entry, key, out, argv)
+            if cached is not None:
+                return cached
         env = dict(os.environ)
         runner = {**self.options.defaults, **entry.settings}.get("runner")
         if self.options.gpus and uses_gpu(runner):
@@ -197,6 +204,23 @@ class Batch:
         # a reduction killed from outside (the OOM killer, a user) says nothing of the model: redone on resume
         complete = timed_out or (code >= 0 and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED))
         record.update(version=RECORD_VERSION, argv=argv, complete=complete, gpu=env.get("CUDA_VISIBLE_DEVICES"))
+        _write_json(self.run_dir / "records" / f"{entry.name}.json", record)
+        if key is not None and complete and record["outcome"] not in ("error", "timeout"):
+            batch_cache.store(self.options.cache, key, out, record)
+        return record
+
+    def _from_cache(self, entry: Entry, key: str, out: Path, argv: list[str]) -> dict | None:
+        """A night's result for an unchanged model under unchanged runtimes: no check at all tonight."""
+        started = time.monotonic()
+        cached = batch_cache.restore(self.options.cache, key, out)
+        if cached is None:
+            return None
+        record = {**cached, "name": entry.name, "path": entry.shown, "output": f"models/{entry.name}",
+                  "expect": entry.expect, "known_bug": entry.bug, "cached": key, "checks": 0,
+                  "checks_then": cached.get("checks", 0), "seconds": round(time.monotonic() - started, 3),
+                  "version": RECORD_VERSION, "argv": argv, "complete": True}
+        if cached.get("bundle"):
+            record["bundle"] = f"models/{entry.name}/bundle.zip"
         _write_json(self.run_dir / "records" / f"{entry.name}.json", record)
         return record
 

@@ -337,8 +337,11 @@ def bundle_verify(ctx, bundle_path: Path, trust_command: bool) -> None:
 @click.option("--baseline", "baseline", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="PREV_RUN_DIR", help="A previous batch's RUN_DIR: each bug is new, still failing or fixed "
               "(fixed once its models pass and its bundle no longer reproduces here).")
+@click.option("--cache", "cache", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Results shared from night to night: a model whose bytes, inputs, check script, options and "
+              "runtime versions are unchanged since a night that finished it gets that result, with no check.")
 @click.pass_context
-def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, **kwargs) -> None:
+def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, cache, **kwargs) -> None:
     from reducer.batch import BatchOptions, run_batch
     from reducer.batch_corpus import absolute_if_there
 
@@ -356,7 +359,7 @@ def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, **kwa
     if kwargs["inputs"]:
         kwargs["inputs"] = os.path.abspath(kwargs["inputs"])
     defaults = {**kwargs, "input_shapes": list(kwargs["input_shapes"]), "jobs": reduce_jobs, "check": check_command}
-    options = BatchOptions(defaults, jobs, model_timeout)
+    options = BatchOptions(defaults, jobs, model_timeout, cache=cache.absolute() if cache else None)
     ctx.exit(run_batch(corpus, _output_dir(output), options, baseline))
 
 

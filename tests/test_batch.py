@@ -463,3 +463,40 @@ def test_the_corpus_manifest_for_batch_holds_every_corpus_case():
         assert entry.settings.get("runner", "onnxruntime:cpu:fp16") == case["runner"]
         assert entry.settings["fail_on"] == case["fail_on"]
         assert entry.expect == "pass"  # the failing ones are reported as bugs, as a first night would
+
+
+# --- results shared from night to night ----------------------------------------------------------------------
+def test_an_unchanged_model_costs_no_check_on_the_next_night_and_a_changed_one_is_checked(tmp_path):
+    write_model(tmp_path / "corpus" / "first.onnx", chain(["Relu", "Mul", "Relu"], "first"))
+    write_model(tmp_path / "corpus" / "fine.onnx", chain(["Relu", "Relu"], "fine"))
+    first = batch(tmp_path, "corpus", "-o", "night1", "--cache", "shared", *FP16_STORAGE)
+    assert first.returncode == 1, first.stderr
+    second = batch(tmp_path, "corpus", "-o", "night2", "--cache", "shared", *FP16_STORAGE)
+    assert second.returncode == 1, second.stderr
+    night1 = {m["name"]: m for m in summary(tmp_path / "night1")["models"]}
+    night2 = {m["name"]: m for m in summary(tmp_path / "night2")["models"]}
+    assert night1["first"]["checks"] > 0 and night1["fine"]["checks"] > 0
+    assert all(m["checks"] == 0 and m.get("cached") for m in night2.values())  # no reduction ran
+    assert night2["first"]["bug"] == night1["first"]["bug"] and night2["first"]["outcome"] == "reduced"
+    assert (tmp_path / "night2" / night2["first"]["bundle"]).is_file()
+    kept = [p.name for p in (tmp_path / "shared").rglob("*")]
+    assert "minimal.onnx" in kept and "activations" not in kept and "work" not in kept  # results, not scratch
+    # the weight changed in place (same size): that model is checked again; the other is not
+    write_model(tmp_path / "corpus" / "first.onnx", chain(["Relu", "Mul", "Relu"], "first", scale=3e5))
+    third = batch(tmp_path, "corpus", "-o", "night3", "--cache", "shared", *FP16_STORAGE)
+    assert third.returncode == 1, third.stderr
+    night3 = {m["name"]: m for m in summary(tmp_path / "night3")["models"]}
+    assert night3["first"]["checks"] > 0 and not night3["first"].get("cached")
+    assert night3["fine"]["checks"] == 0 and night3["fine"].get("cached")
+
+
+def test_a_runtime_upgrade_changes_every_results_key(tmp_path):
+    from reducer.batch_cache import result_key
+
+    model = write_model(tmp_path / "m.onnx", chain(["Relu", "Mul"], "m"))
+    argv = ["reduce", str(model), "--runner", "onnxruntime:cpu:fp16-storage"]
+    today = result_key(model, argv, {"onnxruntime": "1.32.0"})
+    assert today == result_key(model, argv, {"onnxruntime": "1.32.0"})
+    assert today != result_key(model, argv, {"onnxruntime": "1.33.0"})
+    assert today != result_key(model, [*argv, "--minimal"], {"onnxruntime": "1.32.0"})
+    assert result_key(tmp_path / "missing.onnx", argv, {}) is None
