@@ -131,7 +131,14 @@ def draw_graph(model: onnx.ModelProto, failing: list[str], shapes: dict[str, lis
         size = max(MIN_FONT_PX, int(size * MAX_SIDE / max(canvas)))
         boxes, canvas = _layout(graph, rows, labels, size)
     cut = max(canvas) > MAX_SIDE
-    canvas = (max(200, min(canvas[0], MAX_SIDE)), max(60, min(canvas[1], MAX_SIDE)))
+    ops = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "op")
+    title = f"minimal model: {ops} node{'s' * (ops != 1)}; failing tensors in red" + (" (cut to fit)" if cut else "")
+    title_font = _font(max(size, 12))
+    # wide enough for the title (a small graph is narrower than it), the graph centred in the extra width
+    width = min(MAX_SIDE, max(200, canvas[0], int(title_font.getlength(title)) + 2 * max(size, 12)))
+    shift = max(0.0, (width - canvas[0]) / 2)
+    boxes = {key: (left + shift, top, right + shift, bottom) for key, (left, top, right, bottom) in boxes.items()}
+    canvas = (width, max(60, min(canvas[1], MAX_SIDE)))
     image = Image.new("RGB", canvas, "white")
     draw = ImageDraw.Draw(image)
     failing_set = set(failing)
@@ -156,9 +163,7 @@ def draw_graph(model: onnx.ModelProto, failing: list[str], shapes: dict[str, lis
         left, top, right, bottom = boxes[key]
         draw.multiline_text(((left + right) / 2, (top + bottom) / 2), labels[key], fill=text_colour, font=font,
                             anchor="mm", spacing=2, align="center")
-    ops = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "op")
-    title = f"minimal model: {ops} node{'s' * (ops != 1)}; failing tensors in red" + (" (cut to fit)" if cut else "")
-    draw.text((canvas[0] / 2, size * 1.5), title, fill="black", font=_font(max(size, 12)), anchor="mm")
+    draw.text((canvas[0] / 2, size * 1.5), title, fill="black", font=title_font, anchor="mm")
     image.save(path, format="PNG", optimize=False)
 
 
