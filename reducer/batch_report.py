@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import socket
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -179,8 +181,21 @@ def read_baseline(run_dir: Path) -> dict:
 
 
 def write_reports(run_dir: Path, summary: dict) -> None:
+    """summary.json, junit.xml and summary.html (the page for people: reducer/batch_html.py)."""
+    from reducer.batch_html import summary_html
+
     write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_text(run_dir / "junit.xml", junit_xml(summary))
+    write_text(run_dir / "summary.html", summary_html(summary, run_dir))
+
+
+def run_facts(started: float, jobs: int) -> dict:
+    """When and how this batch ran, for the page's header: the command, the host, the runtimes' versions."""
+    from reducer.batch_cache import runtime_versions
+
+    return {"started": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
+            "seconds": round(time.time() - started, 1), "command": shlex.join(["onnx-reduce", *sys.argv[1:]]),
+            "host": socket.gethostname(), "jobs": jobs, "versions": runtime_versions()}
 
 
 def junit_xml(summary: dict) -> str:
@@ -220,5 +235,6 @@ def closing_lines(summary: dict, run_dir: Path) -> list[str]:
     for bug in summary["bugs"]:
         reason = f" - {bug['reason']}" if bug.get("reason") else ""
         lines.append(f"{bug['id']} [{bug['status']}] {len(bug['models'])} model(s): {bug.get('signature')}{reason}")
-    lines.append(f"{counts['new_bugs']} new bug(s); {run_dir / 'summary.json'}, {run_dir / 'junit.xml'}")
+    lines.append(f"{counts['new_bugs']} new bug(s); {run_dir / 'summary.json'}, {run_dir / 'junit.xml'}, "
+                 f"{run_dir / 'summary.html'}")
     return lines
