@@ -177,6 +177,7 @@ class Batch:
         runner = {**self.options.defaults, **entry.settings}.get("runner")
         if self.options.gpus and uses_gpu(runner):
             env["CUDA_VISIBLE_DEVICES"] = self.options.gpus[slot % len(self.options.gpus)]
+        self.progress.begin(entry.name)
         started = time.monotonic()
         timed_out = False
         with open(_new_file(self.run_dir / "logs" / f"{entry.name}.log"), "w") as log:
@@ -373,33 +374,83 @@ def write_text(path: Path, text: str) -> None:
 
 
 class BatchProgress:
-    """One line per finished model on stderr: how far, how many fail, and an ETA from this run's pace."""
+    """One line per finished model on stderr: how far, how many fail, and an ETA from this run's pace. On a
+    terminal, a live status line under them (done, failing, reduced, errors, the models running, ETA) updates
+    while models run; elsewhere (logs, CI) only the lines, unchanged."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.started = stream, time.monotonic()
+    def __init__(self, stream=None, live: bool | None = None):
+        self.stream, self.started = stream or sys.stderr, time.monotonic()
         self.total = self.finished = self.skipped = 0
         self.counts = {"failing": 0, "reduced": 0, "errors": 0}
+        self.running: dict[str, float] = {}  # model name -> when its reduction started
+        self._lock = threading.Lock()
+        self._live = None
+        if self.stream.isatty() if live is None else live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._console = Console(file=self.stream)
+            self._live = Live(_StatusLine(self), console=self._console, refresh_per_second=4, transient=True)
 
     def start(self, total: int, skipped: int) -> None:
         self.total, self.finished, self.skipped = total, skipped, skipped
+        if self._live is not None:
+            self._live.start()
         if skipped:
             self.line(f"{skipped} of {total} models finished in an earlier run: not redone")
 
+    def begin(self, name: str) -> None:
+        """A model's reduction starts (called from the batch's threads)."""
+        with self._lock:
+            self.running[name] = time.monotonic()
+
     def done(self, record: dict) -> None:
+        with self._lock:
+            self.running.pop(record["name"], None)
         self.finished += 1
         outcome = record["outcome"]
         self.counts["failing"] += outcome in FAILING
         self.counts["reduced"] += outcome in ("reduced", "expected-failure")
         self.counts["errors"] += outcome in ("error", "timeout")
-        elapsed = time.monotonic() - self.started
-        ran = self.finished - self.skipped
-        eta = elapsed / ran * (self.total - self.finished) if ran else 0.0
-        self.line(f"{self.finished}/{self.total} done, {self.counts['failing']} failing, {self.counts['reduced']} "
-                  f"reduced, {self.counts['errors']} errors, ETA {eta:.0f} s | {record['name']}: {outcome}"
+        self.line(f"{self._counts_text()} | {record['name']}: {outcome}"
                   + (f" ({record['reason']})" if record.get("reason") else ""))
 
+    def _counts_text(self) -> str:
+        ran = self.finished - self.skipped
+        eta = f"{(time.monotonic() - self.started) / ran * (self.total - self.finished):.0f} s" if ran else "?"
+        return (f"{self.finished}/{self.total} done, {self.counts['failing']} failing, {self.counts['reduced']} "
+                f"reduced, {self.counts['errors']} errors, ETA {eta}")
+
+    def status(self) -> str:
+        """The live line: the counts, then the models running, longest-running first."""
+        with self._lock:
+            running = sorted(self.running, key=self.running.get)
+        shown = ", ".join(running[:4]) + (f" +{len(running) - 4}" if len(running) > 4 else "")
+        return (f"[{time.monotonic() - self.started:7.1f}s] {self._counts_text()}"
+                + (f" | running ({len(running)}): {shown}" if running else ""))
+
     def line(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:7.1f}s] {text}", file=self.stream, flush=True)
+        text = f"[{time.monotonic() - self.started:7.1f}s] {text}"
+        if self._live is not None:
+            self._console.print(text, markup=False, highlight=False, soft_wrap=True)  # above the live line
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+class _StatusLine:
+    """Rendered by rich at each refresh, so the clock and the ETA move between finished models."""
+
+    def __init__(self, progress: BatchProgress):
+        self.progress = progress
+
+    def __rich__(self):
+        from rich.text import Text
+
+        return Text(self.progress.status(), style="bold cyan", no_wrap=True, overflow="ellipsis")
 
 
 def run_batch(corpus: Path, run_dir: Path, options: BatchOptions, baseline: Path | None = None) -> int:
@@ -411,6 +462,7 @@ def run_batch(corpus: Path, run_dir: Path, options: BatchOptions, baseline: Path
     plan_jobs(entries, options)
     previous = batch_report.read_baseline(baseline) if baseline else None
     claim = output_dir.claim(run_dir)  # one batch at a time in RUN_DIR
+    started = time.time()
     progress = BatchProgress()
     try:
         batch = Batch(entries, run_dir, options, progress)
@@ -419,13 +471,17 @@ def run_batch(corpus: Path, run_dir: Path, options: BatchOptions, baseline: Path
             records = batch.run()
             summary = batch_report.summarize(entries, records, previous, trusted_commands=commands)
         except KeyboardInterrupt:  # also while the baseline's bundles are re-verified: what finished is kept
+            progress.stop()
             summary = batch_report.summarize(entries, batch.records, None, interrupted=True)
+            summary["run"] = batch_report.run_facts(started, options.jobs)
             batch_report.write_reports(run_dir, summary)
             progress.line(f"interrupted: {len(batch.records)} of {len(entries)} models finished, in "
                           f"{run_dir / 'summary.json'}; run the same command again to go on")
             raise
+        summary["run"] = batch_report.run_facts(started, options.jobs)
         batch_report.write_reports(run_dir, summary)
     finally:
+        progress.stop()
         claim.release()
     for line in batch_report.closing_lines(summary, run_dir):
         progress.line(line)

@@ -500,3 +500,23 @@ def test_a_runtime_upgrade_changes_every_results_key(tmp_path):
     assert today != result_key(model, argv, {"onnxruntime": "1.33.0"})
     assert today != result_key(model, [*argv, "--minimal"], {"onnxruntime": "1.32.0"})
     assert result_key(tmp_path / "missing.onnx", argv, {}) is None
+
+
+def test_on_a_terminal_a_live_line_names_the_running_models_below_the_per_model_lines():
+    import io
+
+    from reducer.batch import BatchProgress
+
+    stream = io.StringIO()
+    progress = BatchProgress(stream, live=True)
+    progress.start(3, 0)
+    progress.begin("a_model")
+    progress.begin("b_model")
+    assert "0/3 done, 0 failing, 0 reduced, 0 errors, ETA ? | running (2): a_model, b_model" in progress.status()
+    progress.done({"name": "a_model", "outcome": "reduced", "reason": "nan: Mul; 3 -> 1 nodes " + "x" * 100})
+    status = progress.status()
+    assert status.endswith("| running (1): b_model") and "1/3 done, 1 failing, 1 reduced" in status
+    progress.stop()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and "1/3 done, 1 failing, 1 reduced, 0 errors, ETA " in lines[0]  # one line, unwrapped
+    assert lines[0].endswith("a_model: reduced (nan: Mul; 3 -> 1 nodes " + "x" * 100 + ")")
