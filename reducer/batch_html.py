@@ -32,6 +32,7 @@ BUG_BADGES = {
     "unverified": ("unverified", "grey"),
     "not-run": ("not run", "grey"),
 }
+BASELINE_ONLY = ("fixed", "not-fixed", "changed", "unverified", "not-run")  # bugs of the baseline gone tonight
 OUTCOME_BADGES = {
     "reduced": "red", "not-reproduced": "amber", "expected-failure": "grey", "flaky": "purple",
     "unexpected-pass": "amber", "passing": "green", "error": "darkred", "timeout": "darkred", "not-run": "grey",
@@ -66,7 +67,7 @@ $notice
 <h2 id="bugs">Bugs <span class="count">($bug_count)</span></h2>
 <section class="panel">$bugs</section>
 <h2 id="models">Models <span class="count">($model_count)</span></h2>
-<section class="panel">
+<section class="panel scroll">
 <table class="sortable" id="model-table">
 <thead><tr>$model_headers</tr></thead>
 <tbody>
@@ -179,7 +180,8 @@ def _notice(summary: dict) -> str:
 def _bug_row(bug: dict, models: list[dict], run_dir: Path, bug_anchor: dict, model_anchor: dict) -> str:
     status = bug.get("status") or "new"
     label, colour = BUG_BADGES.get(status, (status, "grey"))
-    folder = _repro_folder(bug, models, run_dir)
+    # a bug known only from the baseline has no repro tonight: a folder of tonight's may hold another bug's
+    folder = _repro_folder(bug, models, run_dir) if status not in BASELINE_ONLY else None
     picture = _file(run_dir, f"{folder}/bundle/graph.png") if folder else None
     report = _file(run_dir, f"{folder}/bundle/report.md") if folder else None
     bundle = _file(run_dir, bug.get("bundle"))
@@ -187,7 +189,7 @@ def _bug_row(bug: dict, models: list[dict], run_dir: Path, bug_anchor: dict, mod
         image = (f'<a href="{_href(picture)}"><img src="{_href(picture)}" alt="{e(bug.get("id"))}: the minimal '
                  f'graph, failing tensors in red" loading="lazy"></a>')
         shown = f'<div class="picture">{image}</div>'
-    elif status in ("fixed", "not-fixed", "changed", "unverified", "not-run"):
+    elif status in BASELINE_ONLY:
         shown = '<div class="picture none">no picture: no model shows this bug tonight</div>'
     else:
         shown = '<div class="picture none">no picture: its repro has no graph.png</div>'
@@ -204,7 +206,8 @@ def _bug_row(bug: dict, models: list[dict], run_dir: Path, bug_anchor: dict, mod
     if not links and bug.get("baseline_bundle"):
         links.append(f'<span class="why">the baseline\'s bundle: <code>{e(bug["baseline_bundle"])}</code></span>')
     why = f'<p class="why">{e(bug["reason"])}</p>' if bug.get("reason") else ""
-    nodes = f"{bug['nodes']} node(s)" if bug.get("nodes") is not None else "?"
+    nodes = (f"<dt>Repro</dt><dd>{e(bug['nodes'])} node{'s' * (bug['nodes'] != 1)}</dd>\n"
+             if bug.get("nodes") is not None else "")  # a bug from the baseline only: no repro tonight
     anchor = bug_anchor[bug.get("id")]
     return f"""<article class="bug" id="{e(anchor)}" data-bug="{e(bug.get('id'))}" data-status="{e(status)}">
 {shown}
@@ -213,8 +216,7 @@ def _bug_row(bug: dict, models: list[dict], run_dir: Path, bug_anchor: dict, mod
 <p class="reason"><span class="kind">{e(kind)}</span>{e(detail)}</p>
 {why}<dl>
 <dt>Models</dt><dd>{affected} <span class="why">({len(bug.get('models') or [])})</span></dd>
-<dt>Repro</dt><dd>{e(nodes)}</dd>
-<dt>Files</dt><dd class="links">{''.join(links) or 'none'}</dd>
+{nodes}<dt>Files</dt><dd class="links">{''.join(links) or 'none'}</dd>
 </dl>
 </div>
 </article>"""
@@ -262,7 +264,7 @@ def _model_row(model: dict, run_dir: Path, bug_anchor: dict, model_anchor: dict)
     cached = ' <span class="badge grey" title="a night\'s result for the same model and runtimes">cached</span>' if (
         model.get("cached")) else ""
     cells = [
-        f'<td data-sort="{e(model.get("name"))}"><strong>{e(model.get("name"))}</strong>{path}{reason}</td>',
+        f'<td data-sort="{e(model.get("name"))}"><strong>{_breakable(model.get("name"))}</strong>{path}{reason}</td>',
         f'<td data-sort="{e(outcome)}"><span class="badge {OUTCOME_BADGES.get(outcome, "grey")}">{e(outcome)}'
         f'</span>{cached}</td>',
         *(_number(model.get(key)) for key in ("nodes_before", "nodes_after", "checks", "seconds")),
@@ -270,6 +272,11 @@ def _model_row(model: dict, run_dir: Path, bug_anchor: dict, model_anchor: dict)
         f'<td class="links">{links}</td>',
     ]
     return (f'<tr id="{e(model_anchor[model.get("name")])}" data-outcome="{e(outcome)}">' + "".join(cells) + "</tr>")
+
+
+def _breakable(name) -> str:
+    """A long model name (`vision__resnet50_fp16_tolerance`) may wrap after its underscores, not mid-word."""
+    return e(name).replace("_", "_<wbr>")  # escaped text holds no `_` of its own: its entities have none
 
 
 def _number(value) -> str:

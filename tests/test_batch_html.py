@@ -64,6 +64,8 @@ def hostile_summary() -> dict:
          "bundle": "../../etc/passwd", "nodes": 1},
         {"id": "bug-0123456789", "signature": "tolerance: Conv", "status": "fixed", "models": ["gone tonight"],
          "bundle": None, "nodes": None, "baseline_bundle": "models/gone/bundle.zip", "reason": HOSTILE_TEXT},
+        {"id": "bug-9876543210", "signature": "nan: Relu", "status": "changed", "models": [HOSTILE_NAME],
+         "bundle": None, "nodes": None, "reason": "its models fail otherwise now"},
     ]
     return {"version": 1, "interrupted": False, "baseline": "night1 <b>&", "bugs": bugs, "models": models,
             "counts": {"models": 2, "reduced": 1, "error": 1, "bugs": 1, "new_bugs": 0},
@@ -87,9 +89,16 @@ def test_hostile_names_reasons_and_ids_are_shown_escaped_and_inject_nothing(tmp_
 
 
 def test_a_fixed_bug_without_models_tonight_keeps_its_row_with_the_fixed_badge(tmp_path):
-    page = Page(summary_html(hostile_summary(), tmp_path))
+    (tmp_path / "models" / "x" / "bundle").mkdir(parents=True)
+    for name in ("graph.png", "report.md"):
+        (tmp_path / "models" / "x" / "bundle" / name).write_bytes(b"made by its reduction")
+    text = summary_html(hostile_summary(), tmp_path)
+    page = Page(text)
     rows = {attrs["data-bug"]: attrs["data-status"] for attrs in page.tags("article")}
-    assert rows == {HOSTILE_BUG: "known", "bug-0123456789": "fixed"}
+    assert rows == {HOSTILE_BUG: "known", "bug-0123456789": "fixed", "bug-9876543210": "changed"}
+    # the model's picture is its known bug's: the baseline's bug it no longer shows gets none
+    pictured = [row for row in text.split("<article")[1:] if "<img" in row]
+    assert len(pictured) == 1 and 'data-status="known"' in pictured[0] and "models/x/bundle/report.md" in pictured[0]
     text = "".join(page.text)
     assert "expected (known bug)" in text and "fixed" in text and "models/gone/bundle.zip" in text
     cards = {attrs["data-count"] for attrs in page.tags("div") if "data-count" in attrs}
