@@ -506,22 +506,54 @@ DATA_ALIGNMENT = 1 << 16  # offsets ONNX Runtime can memory-map (its allocation 
 COPY_CHUNK = 64 << 20
 
 
-def save_model(proto: onnx.ModelProto, path: Path) -> None:
+def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = False) -> Path | None:
     """Write atomically, checked, with only the weights the model uses. Tensors that reference another
     folder's external data (basepath: the original model's, see Model.initializer_reference) are read into
-    the proto when they are small, else their byte ranges are copied into PATH.data; inline weights go to
-    PATH.data too only when protobuf's 2 GiB limit forces it. `proto` is changed: its references then point
-    at what was written."""
+    the file when they are small, else their byte ranges are copied into PATH.data; inline weights go to
+    PATH.data too only when protobuf's 2 GiB limit forces it (which leaves them out of `proto`; references
+    are left as they were, so that a candidate can be written again: --repeat).
+    `weights_in_place`: large references are left pointing at the original files instead of copied, and
+    their folder is returned: for a check whose runner reads external data from a folder it is given (ONNX
+    Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)]
+    saved = [[(entry.key, entry.value) for entry in tensor.external_data] for tensor in references]
+    try:
+        return _save(proto, path, references, weights_in_place)
+    finally:
+        for tensor, entries in zip(references, saved, strict=True):
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            del tensor.external_data[:]
+            for key, value in entries:
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+
+
+def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto],
+          weights_in_place: bool) -> Path | None:
     tmp = path.with_name(path.name + ".tmp")
     data = path.with_name(path.name + ".data")
-    references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)]
     infos = [external_data_helper.ExternalDataInfo(t) for t in references]
     if any(not info.basepath for info in infos):
         raise ValueError("save_model: an external tensor with no basepath (where its data lives is unknown)")
     lengths = [_byte_length(info) for info in infos]
+    inline = sum(lengths) <= INLINE_WEIGHT_BYTES and proto.ByteSize() + sum(lengths) <= TWO_GIB_MARGIN
+    folders = {info.basepath for info in infos}
+    if weights_in_place and not inline and len(folders) == 1 and proto.ByteSize() <= TWO_GIB_MARGIN:
+        for tensor in references:  # the original location, offset and length: read where they are
+            kept = [entry for entry in tensor.external_data if entry.key != "basepath"]
+            del tensor.external_data[:]
+            tensor.external_data.extend(kept)
+        from reducer.model import _without_external_data
+
+        onnx.checker.check_model(_without_external_data(proto))  # the weights were checked with the model
+        tmp.write_bytes(proto.SerializeToString())
+        os.replace(tmp, path)
+        data.unlink(missing_ok=True)
+        return Path(folders.pop())
     side_file = False
-    if sum(lengths) <= INLINE_WEIGHT_BYTES and proto.ByteSize() + sum(lengths) <= TWO_GIB_MARGIN:
+    if inline:
         for tensor, info in zip(references, infos, strict=True):
             external_data_helper.load_external_data_for_tensor(tensor, info.basepath)
     else:
@@ -541,6 +573,7 @@ def save_model(proto: onnx.ModelProto, path: Path) -> None:
     os.replace(tmp, path)
     if not side_file:
         data.unlink(missing_ok=True)  # an earlier write's weights, which this model does not use
+    return None
 
 
 def _byte_length(info: external_data_helper.ExternalDataInfo) -> int:

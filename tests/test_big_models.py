@@ -81,6 +81,35 @@ def test_a_large_candidate_copies_just_its_weights_byte_ranges_beside_it(stack, 
         np.testing.assert_allclose(outputs["block1.o"], store.load("block1.o"), rtol=0.05, atol=0.05)
 
 
+def test_a_check_reads_large_weights_in_place_and_a_candidate_can_be_written_again(stack, tmp_path, monkeypatch):
+    """For a check (weights_in_place), nothing is copied: the candidate names the original file, and the runner
+    is given its folder. The proto is left as it was, so a --repeat writes it again, either way."""
+    monkeypatch.setattr(candidate_module, "INLINE_WEIGHT_BYTES", 1 << 20)
+    model = load_model(stack)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 1024)).astype(np.float32)}
+    store = reference_store(model, feeds, tmp_path / "store")
+    built = materialize(model, Candidate(frozenset({model.producer["block1.o"]})), store)
+    before = built.proto.SerializeToString()
+    path = tmp_path / "check" / "candidate.onnx"
+    folder = save_model(built.proto, path, weights_in_place=True)
+    assert folder == stack.parent.resolve()
+    assert built.proto.SerializeToString() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["candidate.onnx"]  # no copy of any weight
+    written = onnx.load(str(path), load_external_data=False)
+    (weight,) = written.graph.initializer
+    info = external_data_helper.ExternalDataInfo(weight)
+    assert (info.location, info.basepath) == ("weights.bin", "")  # relative to the folder the runner is given
+    fed = {name: np.asarray(store.load(name)) for name in built.fed}
+    for spec in ("onnxruntime:cpu:fp32:O0", "onnxruntime:cpu:fp16-storage", "onnxruntime:cpu:fp16"):
+        outputs = OnnxRuntimeRunner(spec).run(path, fed, folder)
+        np.testing.assert_allclose(outputs["block1.o"], store.load("block1.o"), rtol=0.05, atol=0.05)
+
+    again = tmp_path / "again" / "candidate.onnx"
+    assert save_model(built.proto, again) is None  # now copied beside it, from the same unchanged proto
+    assert built.proto.SerializeToString() == before
+    np.testing.assert_array_equal(_weights_of(again)["block1.w2"], _weights_of(stack)["block1.w2"])
+
+
 def test_a_small_candidate_is_one_self_contained_file(stack, tmp_path):
     model = load_model(stack)
     store = reference_store(model, {"x": np.ones((1, 8, 1024), np.float32)}, tmp_path / "store")
