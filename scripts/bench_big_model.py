@@ -166,7 +166,6 @@ def main() -> None:
     print(json.dumps(figures, indent=2))
     if not args.keep:
         shutil.rmtree(args.dir / "model", ignore_errors=True)
-    os.sync()
 
 
 if __name__ == "__main__":
