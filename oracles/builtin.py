@@ -68,22 +68,24 @@ class BuiltinOracle:
         from reducer.candidate import save_model  # imported here: the CLI starts workers before the reducer loads
 
         path = job.workdir / "candidate.onnx"
-        save_model(job.model, path)
+        # large weights are not copied for a check: the runner reads them from the original model's folder
+        weights = save_model(job.model, path, weights_in_place=True)
+        extra = {"external_dir": str(weights)} if weights is not None else {}
         worker = self._idle.get()  # one check per worker at a time; several workers for --jobs
         try:
-            result = worker.run(path, job.feeds, self.timeout)
+            result = worker.run(path, job.feeds, self.timeout, **extra)
         finally:
             self._idle.put(worker)
         if result.status == "unavailable":
             raise RunnerUnavailableError(f"runner {self.runner_spec} cannot run here: {result.error}")
-        reference = job.reference if job.reference is not None else self._reference(path, job)
+        reference = job.reference if job.reference is not None else self._reference(path, job, extra)
         if reference is None:
             return result, Verdict(False, None, "the reference run of this candidate fails", lasting=False)
         verdict = self.check.judge(result, reference)
         verdict.log = result.text
         return result, verdict
 
-    def _reference(self, path, job: CheckJob) -> dict | None:
+    def _reference(self, path, job: CheckJob, extra: dict) -> dict | None:
         """The reference outputs of a candidate whose edits make the captured values stale."""
         from reducer.activations import REFERENCE_RUNNER
 
@@ -91,7 +93,7 @@ class BuiltinOracle:
             if self._reference_worker is None:
                 self._reference_worker = Worker(REFERENCE_RUNNER)
                 self._reference_worker.start()
-            result = self._reference_worker.run(path, job.feeds, self.timeout)
+            result = self._reference_worker.run(path, job.feeds, self.timeout, **extra)
         return result.outputs if result.status == "ok" else None
 
     def close(self) -> None:

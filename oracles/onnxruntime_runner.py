@@ -28,6 +28,7 @@ CAPTURE_BUDGET_BYTES = 256 << 20
 # The reference capture of a larger model runs in pieces of this many nodes: a session whose every tensor is
 # an output costs ONNX Runtime more than linearly in their number (see reducer/driver.py, PROBE_PIECE_NODES).
 CAPTURE_PIECE_NODES = 1000
+SERIALIZED_LIMIT = 1_800_000_000  # a model proto larger than this goes to ONNX Runtime as a file (2 GiB limit)
 
 
 class RunnerUnavailableError(RuntimeError):
@@ -128,12 +129,14 @@ class OnnxRuntimeRunner:
         if self.converts and self.precision != "fp16-storage":
             from onnxconverter_common import float16  # noqa: F401
 
-    def executed_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
+    def executed_model(self, model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.ModelProto:
         """The model as this runner executes it (converted to fp16, rounded through fp16, or as it is):
-        what a standalone repro feeds to a plain ONNX Runtime session."""
+        what a standalone repro feeds to a plain ONNX Runtime session. External weights stay references,
+        except where the fp16 converter needs their values: read from `weights_dir` then, after shape
+        inference on the weight-free graph (inference cannot take a model over 2 GiB)."""
         if not self.converts:
             return model
-        return fp16_storage(model) if self.precision == "fp16-storage" else _to_fp16(model)
+        return fp16_storage(model) if self.precision == "fp16-storage" else _to_fp16(model, weights_dir)
 
     def run(self, model_path: Path, feeds: dict[str, np.ndarray], external_dir: Path | None = None) -> dict:
         session = self._session(model_path, external_dir)
@@ -157,6 +160,13 @@ class OnnxRuntimeRunner:
     def _session(self, model_path: Path, external_dir: Path | None, model: onnx.ModelProto | None = None):
         """A session for the model at `model_path`, or for `model` (a piece of it, whose external data lives
         where the model's does)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="onnx-reduce-session-") as scratch:  # ORT reads it as it builds
+            return self._build_session(model_path, external_dir, model, Path(scratch))
+
+    def _build_session(self, model_path: Path, external_dir: Path | None, model: onnx.ModelProto | None,
+                       scratch: Path):
         import onnx
         import onnxruntime as ort
 
@@ -164,7 +174,10 @@ class OnnxRuntimeRunner:
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.level])
         options.log_severity_level = 2 if self.uses_gpu else 3  # a GPU provider's load failure is a warning
         if self.converts:
-            source = self.executed_model(model if model is not None else onnx.load(str(model_path))).SerializeToString()
+            # weights are not read here: they stay on disk unless the fp16 converter needs their values
+            folder = Path(external_dir or Path(model_path).parent)
+            proto = model if model is not None else onnx.load(str(model_path), load_external_data=False)
+            source = _session_source(self.executed_model(proto, folder), folder, options, scratch)
         elif external_dir is not None or model is not None:
             source = model.SerializeToString() if model is not None else Path(model_path).read_bytes()
             external_dir = external_dir or Path(model_path).parent
@@ -190,6 +203,25 @@ class OnnxRuntimeRunner:
                 "see the log for the library it could not find"
             )
         return session
+
+
+def _session_source(executed: onnx.ModelProto, folder: Path, options, scratch: Path):
+    """What ONNX Runtime builds a session from: the serialized model, its external weights read from `folder`
+    (where the candidate's are); or, for a converted model that itself passes protobuf's 2 GiB limit, a copy
+    saved in `scratch` with its weights beside it."""
+    import onnx
+    from onnx import external_data_helper
+
+    from reducer.model import all_tensors
+
+    if any(external_data_helper.uses_external_data(t) for t in all_tensors(executed.graph)):
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+        return executed.SerializeToString()
+    if executed.ByteSize() > SERIALIZED_LIMIT:
+        path = scratch / "executed.onnx"
+        onnx.save_model(executed, str(path), save_as_external_data=True, location="executed.onnx.data")
+        return str(path)
+    return executed.SerializeToString()
 
 
 def _fetch(session, feeds: dict, budget_bytes: int):
@@ -274,7 +306,7 @@ def _exact_nodes(graph: onnx.GraphProto, exact: set[str]) -> list[str]:
     return names
 
 
-def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.ModelProto:
     """onnxconverter-common with keep_io_types; nodes marked exact (EXACT_OUTPUTS_KEY) stay fp32. Its casts
     of the outputs back to fp32 find each output's producer by scanning every node, which is quadratic in a
     layerwise probe's hundreds of outputs (1 s of a 1.5 s conversion on a 672-node model): the outputs are
@@ -286,8 +318,20 @@ def _to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     bare.CopyFrom(model)
     del bare.graph.output[:]
     exact = _exact_nodes(bare.graph, exact_outputs(model))
-    converted = float16.convert_float_to_float16(bare, keep_io_types=True,
-                                                 node_block_list=_casts_to_float(bare.graph) + exact)
+    blocked = _casts_to_float(bare.graph) + exact
+    from onnx import external_data_helper
+
+    from reducer.model import all_tensors
+
+    if any(external_data_helper.uses_external_data(t) for t in all_tensors(bare.graph)):
+        # the converter infers shapes first, which cannot take a proto over 2 GiB: inferred here on the graph
+        # without weights, whose values are then read (tensor by tensor) for the converter to round
+        bare = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
+        external_data_helper.load_external_data_for_model(bare, str(weights_dir or "."))
+        converted = float16.convert_float_to_float16(bare, keep_io_types=True, node_block_list=blocked,
+                                                     disable_shape_infer=True)
+    else:
+        converted = float16.convert_float_to_float16(bare, keep_io_types=True, node_block_list=blocked)
     _skip_round_trips(converted.graph, set(exact))
     producers = {name: node for node in converted.graph.node for name in node.output}
     for info in model.graph.output:

@@ -116,11 +116,11 @@ class TensorRTRunner:
             return "onnxconverter-common (the fp16 converter TensorRT-RTX's fp16 needs) is not installed"
         return why_no_gpu() or None
 
-    def executed_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
+    def executed_model(self, model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.ModelProto:
         if self.flavour == "tensorrt_rtx" and self.precision == "fp16":
             from oracles.onnxruntime_runner import _to_fp16
 
-            return _to_fp16(model)
+            return _to_fp16(model, weights_dir)
         return model
 
     # -- worker side ----------------------------------------------------------------------------------

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import external_data_helper
 
 from oracles.base import CheckJob, Signature, Verdict
 from reducer import bundle_files, environment
+from reducer.candidate import TWO_GIB_MARGIN, save_model
 from reducer.driver import MINIMAL
 from reducer.errors import BadModelError, ReducerError, UsageError
+from reducer.model import _check_external_data, mark_external_sources
 from reducer.repro import ReproFacts, family_of
 
 BUNDLE_DIR = "bundle"
@@ -117,15 +118,18 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     staging.mkdir(parents=True)
     scrub = Scrubber(out_dir, staging)
 
-    model = onnx.load(str(out_dir / MINIMAL))
-    onnx.checker.check_model(model)
+    # the graph only: its weights (minimal.onnx.data, when it keeps them beside it) are copied, never loaded
+    model = onnx.load(str(out_dir / MINIMAL), load_external_data=False)
+    onnx.checker.check_model(str(out_dir / MINIMAL))
     shutil.copyfile(out_dir / MINIMAL, staging / "minimal.onnx")
+    for weights in _check_external_data(model, out_dir):
+        shutil.copyfile(weights, staging / weights.name)
     with np.load(out_dir / "minimal_inputs.npz", allow_pickle=False) as data:
         feeds = {name: np.asarray(data[name]) for name in data.files}
     np.savez(staging / "inputs.npz", **feeds)
 
     runner_spec = (report.get("environment") or {}).get("runner") or options.get("runner", "")
-    target_model, target_note = _target_model(options, runner_spec, model, staging)
+    target_model, target_note = _target_model(options, runner_spec, model, staging, out_dir)
     shipping = _ship(options, report.get("bundle_options") or {}, ship, exclude, staging, scrub)
     run_options = options  # the check as it ran here; the bundle's names the shipped copies
     if options.get("check_command"):
@@ -153,7 +157,8 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
             own = oracle is None
             oracle = oracle or _build_oracle(run_options)
             try:
-                verdict, observed = _observe(oracle, model, feeds, reference, staging / "work")
+                verdict, observed = _observe(oracle, _weights_from(model, out_dir), feeds, reference,
+                                             staging / "work")
             finally:
                 if own:
                     oracle.close()
@@ -277,7 +282,7 @@ def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scrat
     from reducer.options import DEFAULT_CHECK_TIMEOUT
 
     paths = _write_feeds(feeds, scratch)
-    onnx.save(model, str(scratch / "reference.onnx"))
+    save_model(_weights_from(model, out_dir), scratch / "reference.onnx")
     worker = Worker(REFERENCE_RUNNER)
     try:
         result = worker.run(scratch / "reference.onnx", paths, DEFAULT_CHECK_TIMEOUT)
@@ -286,6 +291,13 @@ def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scrat
     if result.status != "ok":
         raise BadBundleError(f"the reference run of minimal.onnx fails: {result.error.splitlines()[0][:300]}")
     return result.outputs
+
+
+def _weights_from(model: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
+    """A copy whose external tensors read from `folder`, for save_model to write with what it uses."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return mark_external_sources(copy, folder)
 
 
 def _write_feeds(feeds: dict[str, np.ndarray], scratch: Path) -> dict[str, Path]:
@@ -315,7 +327,8 @@ def _observe(oracle, model, feeds, reference, scratch: Path) -> tuple[Verdict, d
     return verdict, {name: np.asarray(value) for name, value in result.outputs.items()}
 
 
-def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, staging: Path) -> tuple[str, str]:
+def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, staging: Path,
+                  weights_dir: Path) -> tuple[str, str]:
     """target.onnx when the runner runs something else than minimal.onnx (fp16-converted, rounded)."""
     if options.get("check_command"):
         return "minimal.onnx", "the check command receives minimal.onnx"
@@ -325,12 +338,17 @@ def _target_model(options: dict, runner_spec: str, model: onnx.ModelProto, stagi
         runner = make_runner(runner_spec)
         copy = onnx.ModelProto()
         copy.CopyFrom(model)  # converters change their argument in place
-        executed = runner.executed_model(copy) if hasattr(runner, "executed_model") else copy
+        # external weights stay references to minimal.onnx.data, shipped beside it, except for the fp16
+        # converter, which reads them from `weights_dir`
+        executed = runner.executed_model(copy, weights_dir) if hasattr(runner, "executed_model") else copy
     except Exception:  # an unknown runner here: minimal.onnx is still what to run
         return "minimal.onnx", f"runner {runner_spec} is not known here"
     if executed.SerializeToString() == model.SerializeToString():
         return "minimal.onnx", f"{runner_spec} runs minimal.onnx as it is"
-    onnx.save(executed, str(staging / "target.onnx"))
+    if executed.ByteSize() > TWO_GIB_MARGIN:  # fp16-converted weights past protobuf's limit: beside it
+        onnx.save(executed, str(staging / "target.onnx"), save_as_external_data=True, location="target.onnx.data")
+    else:
+        onnx.save(executed, str(staging / "target.onnx"))
     precision = runner_spec.split(":")[2] if runner_spec.count(":") >= 2 else ""
     what = {"fp16": "converted to fp16 by onnxconverter-common (keep_io_types=True), as the runner does",
             "fp16-storage": "with every float tensor rounded through fp16 where it is produced (Cast pairs), "
@@ -597,19 +615,16 @@ def _one_line(command: list[str]) -> str:
 
 
 def _load_bundled_model(root: Path) -> onnx.ModelProto:
-    """minimal.onnx, with external data read only from inside the bundle's folder."""
-    from reducer.model import _check_external_data
-
+    """minimal.onnx, with external data read only from inside the bundle's folder (when a check writes it)."""
     try:
         model = onnx.load(str(root / "minimal.onnx"), load_external_data=False)
         _check_external_data(model, root)
-        external_data_helper.load_external_data_for_model(model, str(root))
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(root / "minimal.onnx"))
     except BadModelError as exc:
         raise BadBundleError(f"{root}/minimal.onnx: {exc}") from None
     except Exception as exc:
         raise BadBundleError(f"{root}: cannot read the bundle's model ({_first_line(exc)})") from None
-    return model
+    return mark_external_sources(model, root)
 
 
 def _shown(value) -> str:

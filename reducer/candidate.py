@@ -3,6 +3,7 @@ made simpler); materializing it gives a valid, runnable model."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -10,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import external_data_helper, numpy_helper
 
 from reducer.activations import ActivationStore
-from reducer.model import Model
+from reducer.model import Model, all_tensors, mark_external_sources
 
 # Integer tensors this small are shapes, axes and indices: a cut one is frozen to a constant instead of
 # becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
@@ -416,6 +417,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             graph.input.append(declared)
             fed.append(name)
         elif name in model.initializers:
+            if name not in fills and name not in cuts:  # kept as it is: external data stays on disk
+                graph.initializer.append(model.initializer_reference(name))
+                continue
             tensor = model.initializer_inline(name)
             tensor = fills[name].tensor(tensor) if name in fills else tensor
             if name in cuts:
@@ -479,7 +483,7 @@ def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:
     proto.ir_version = original.ir_version
     proto.producer_name = "onnx-reducer"
     proto.functions.extend(original.functions)
-    return proto
+    return mark_external_sources(proto, model.base_dir)  # a kept Constant's external tensor, a body's
 
 
 def _value_info(name: str, dtype: str, shape, concrete: bool) -> onnx.ValueInfoProto:
@@ -494,15 +498,135 @@ def _value_info(name: str, dtype: str, shape, concrete: bool) -> onnx.ValueInfoP
 
 
 TWO_GIB_MARGIN = 1_800_000_000
+# A candidate whose kept external weights hold at most this many bytes gets them inline (one self-contained
+# file: a small minimal.onnx and bundle); above it, just its tensors' byte ranges are copied into a side file
+# next to it. The environment variable is an internal knob, for tests to reach the side-file path cheaply.
+INLINE_WEIGHT_BYTES = int(os.environ.get("ONNX_REDUCER_INLINE_WEIGHT_BYTES", 64 << 20))
+DATA_ALIGNMENT = 1 << 16  # offsets ONNX Runtime can memory-map (its allocation granularity)
+COPY_CHUNK = 64 << 20
 
 
-def save_model(proto: onnx.ModelProto, path: Path) -> None:
-    """Write atomically, checked; weights go to a side file only when protobuf's 2 GiB limit forces it."""
+def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = False) -> Path | None:
+    """Write atomically, checked, with only the weights the model uses. Tensors that reference another
+    folder's external data (basepath: the original model's, see Model.initializer_reference) are read into
+    the file when they are small, else their byte ranges are copied into PATH.data; inline weights go to
+    PATH.data too only when protobuf's 2 GiB limit forces it (which leaves them out of `proto`; references
+    are left as they were, so that a candidate can be written again: --repeat).
+    `weights_in_place`: large references are left pointing at the original files instead of copied, and
+    their folder is returned: for a check whose runner reads external data from a folder it is given (ONNX
+    Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)]
+    saved = [[(entry.key, entry.value) for entry in tensor.external_data] for tensor in references]
+    try:
+        return _save(proto, path, references, weights_in_place)
+    finally:
+        for tensor, entries in zip(references, saved, strict=True):
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            del tensor.external_data[:]
+            for key, value in entries:
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+
+
+def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto],
+          weights_in_place: bool) -> Path | None:
     tmp = path.with_name(path.name + ".tmp")
-    if proto.ByteSize() > TWO_GIB_MARGIN:
-        onnx.save(proto, str(tmp), save_as_external_data=True, location=path.name + ".data")
+    data = path.with_name(path.name + ".data")
+    infos = [external_data_helper.ExternalDataInfo(t) for t in references]
+    if any(not info.basepath for info in infos):
+        raise ValueError("save_model: an external tensor with no basepath (where its data lives is unknown)")
+    lengths = [_byte_length(info) for info in infos]
+    inline = sum(lengths) <= INLINE_WEIGHT_BYTES and proto.ByteSize() + sum(lengths) <= TWO_GIB_MARGIN
+    folders = {info.basepath for info in infos}
+    if weights_in_place and not inline and len(folders) == 1 and proto.ByteSize() <= TWO_GIB_MARGIN:
+        for tensor in references:  # the original location, offset and length: read where they are
+            kept = [entry for entry in tensor.external_data if entry.key != "basepath"]
+            del tensor.external_data[:]
+            tensor.external_data.extend(kept)
+        from reducer.model import _without_external_data
+
+        onnx.checker.check_model(_without_external_data(proto))  # the weights were checked with the model
+        tmp.write_bytes(proto.SerializeToString())
+        os.replace(tmp, path)
+        data.unlink(missing_ok=True)
+        return Path(folders.pop())
+    side_file = False
+    if inline:
+        for tensor, info in zip(references, infos, strict=True):
+            external_data_helper.load_external_data_for_tensor(tensor, info.basepath)
+    else:
+        _copy_ranges(references, infos, lengths, data)
+        side_file = True
+    if proto.ByteSize() > TWO_GIB_MARGIN:  # inline tensors (filled, cut) past the limit: onnx appends them
+        for tensor in all_tensors(proto.graph):
+            if tensor.HasField("raw_data") and len(tensor.raw_data) >= 1024:
+                external_data_helper.set_external_data(tensor, data.name)
+        if not side_file:
+            data.unlink(missing_ok=True)  # onnx appends to what is there
+        side_file = True
+        onnx.save_model(proto, str(tmp))
     else:  # the bytes as they are: onnx.save would first look through every tensor for external data
         tmp.write_bytes(proto.SerializeToString())
     onnx.checker.check_model(str(tmp))
     os.replace(tmp, path)
+    if not side_file:
+        data.unlink(missing_ok=True)  # an earlier write's weights, which this model does not use
+    return None
+
+
+def _byte_length(info: external_data_helper.ExternalDataInfo) -> int:
+    if info.length is not None:
+        return info.length
+    return os.stat(os.path.join(info.basepath, info.location)).st_size - (info.offset or 0)
+
+
+def _copy_ranges(tensors: list[onnx.TensorProto], infos: list, lengths: list[int], data: Path) -> None:
+    """Each tensor's bytes copied from its original file into `data` (in the kernel where it can), and the
+    tensor pointed there: only what the candidate uses, never the whole weights file."""
+    tmp = data.with_name(data.name + ".tmp")
+    sources: dict[str, object] = {}
+    try:
+        with open(tmp, "wb") as sink:
+            for tensor, info, length in zip(tensors, infos, lengths, strict=True):
+                source = os.path.join(info.basepath, info.location)
+                if source not in sources:
+                    sources[source] = open(source, "rb")  # closed below; one per file
+                offset = -sink.tell() % DATA_ALIGNMENT
+                sink.write(bytes(offset))
+                start = sink.tell()
+                _copy_range(sources[source], info.offset or 0, length, sink)
+                del tensor.external_data[:]
+                for key, value in (("location", data.name), ("offset", start), ("length", length)):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, str(value)
+    finally:
+        for handle in sources.values():
+            handle.close()
+    os.replace(tmp, data)
+
+
+def _copy_range(source, offset: int, length: int, sink) -> None:
+    """`length` bytes of `source` from `offset` appended to `sink`: in the kernel (copy_file_range) where the
+    system offers it, else through Python a chunk at a time."""
+    sink.flush()
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < length:
+                copied = os.copy_file_range(source.fileno(), sink.fileno(), length - done, offset + done)
+                if copied == 0:
+                    break
+                done += copied
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+    sink.seek(0, os.SEEK_END)
+    source.seek(offset + done)
+    while done < length:
+        block = source.read(min(COPY_CHUNK, length - done))
+        if not block:
+            raise OSError(f"{source.name}: shorter than its tensors' offset and length")
+        sink.write(block)
+        done += len(block)

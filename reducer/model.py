@@ -51,7 +51,7 @@ def count_nodes(graph: onnx.GraphProto) -> int:
     return sum(1 + body_node_count(node) for node in graph.node)
 
 
-def _all_tensors(graph: onnx.GraphProto):
+def all_tensors(graph: onnx.GraphProto):
     """Every TensorProto in a graph and its bodies, where external data may hide."""
     yield from graph.initializer
     for sparse in graph.sparse_initializer:
@@ -63,14 +63,33 @@ def _all_tensors(graph: onnx.GraphProto):
             elif attr.type == onnx.AttributeProto.TENSORS:
                 yield from attr.tensors
         for body in subgraphs(node):
-            yield from _all_tensors(body)
+            yield from all_tensors(body)
+
+
+def mark_external_source(tensor: onnx.TensorProto, folder: Path) -> None:
+    """Record where an external tensor's location is relative to (onnx's `basepath` key): a candidate's
+    tensors come from the original model's folder, and the writer copies their bytes next to the candidate."""
+    if not external_data_helper.uses_external_data(tensor):
+        return
+    kept = [entry for entry in tensor.external_data if entry.key != "basepath"]
+    del tensor.external_data[:]
+    tensor.external_data.extend(kept)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "basepath", str(Path(folder).resolve())
+
+
+def mark_external_sources(proto: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
+    """A model's every external tensor (initializers, attributes, bodies) marked as read from `folder`."""
+    for tensor in all_tensors(proto.graph):
+        mark_external_source(tensor, folder)
+    return proto
 
 
 def _check_external_data(proto: onnx.ModelProto, base_dir: Path) -> list[Path]:
     """Refuse external data that is missing or lives outside the model's folder; return the files used."""
     root = base_dir.resolve()
     files: list[Path] = []
-    for tensor in _all_tensors(proto.graph):
+    for tensor in all_tensors(proto.graph):
         if not external_data_helper.uses_external_data(tensor):
             continue
         info = external_data_helper.ExternalDataInfo(tensor)
@@ -206,6 +225,14 @@ class Model:
             tensor.data_location = onnx.TensorProto.DEFAULT
         return tensor
 
+    def initializer_reference(self, name: str) -> onnx.TensorProto:
+        """A copy of an initializer as it is: external data stays a reference to the original file (nothing
+        is read), with the model's folder as its basepath, for save_model to copy just those bytes."""
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(self.initializers[name])
+        mark_external_source(tensor, self.base_dir)
+        return tensor
+
     @cached_property
     def initializer_shapes(self) -> dict[str, tuple[int, ...]]:
         """From the declarations alone: no weights are read."""
@@ -229,7 +256,6 @@ def load_model(path: str | os.PathLike) -> Model:
     if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.graph.node:
         raise BadModelError(f"{path}: not a valid ONNX model (no graph with nodes in it)")
     external_files = _check_external_data(proto, path.parent)
-    _refuse_over_two_gib(proto, path)
 
     graph = proto.graph
     initializers = {t.name: t for t in graph.initializer}
@@ -304,27 +330,39 @@ def _topological_order(graph, reads, producer, path) -> list[int]:
 TWO_GIB = 2**31
 
 
-def _refuse_over_two_gib(proto: onnx.ModelProto, path: Path) -> None:
-    """A model whose weights pass protobuf's 2 GiB limit cannot be reduced yet (every candidate is one
-    serialized proto, in the reducer and in its workers): said in one line, before anything runs."""
+def weight_bytes(proto: onnx.ModelProto) -> int:
+    """What the model's tensors hold, from their declarations alone (no weight is read)."""
     total = 0
-    for tensor in _all_tensors(proto.graph):
+    for tensor in all_tensors(proto.graph):
         if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
             continue
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
         total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    return total
+
+
+# Runners that still rewrite a whole candidate as one serialized protobuf message: a model whose weights
+# pass 2 GiB cannot reach them (ONNX Runtime's runners read weights from files, or convert tensor by tensor).
+WHOLE_PROTO_RUNNERS = ("tensorrt:",)
+
+
+def refuse_over_two_gib(proto: onnx.ModelProto, path: Path, runner_spec: str | None) -> None:
+    """Said in one line before anything runs, rather than an internal error after the reference run."""
+    if not runner_spec or not runner_spec.startswith(WHOLE_PROTO_RUNNERS):
+        return
+    total = weight_bytes(proto)
     if total >= TWO_GIB:
-        raise BadModelError(f"{path}: its weights hold {total / 2**30:.1f} GiB; models over 2 GiB are not "
-                            "supported yet (a candidate must fit in one protobuf message)")
+        raise BadModelError(f"{path}: its weights hold {total / 2**30:.1f} GiB; runner {runner_spec} does not "
+                            "support models over 2 GiB yet (it takes each candidate as one protobuf message)")
 
 
 def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A light copy for the checker: external tensors become empty inline ones of the right type."""
-    if not any(external_data_helper.uses_external_data(t) for t in _all_tensors(proto.graph)):
+    if not any(external_data_helper.uses_external_data(t) for t in all_tensors(proto.graph)):
         return proto
     light = onnx.ModelProto()
     light.CopyFrom(proto)
-    for tensor in _all_tensors(light.graph):
+    for tensor in all_tensors(light.graph):
         if external_data_helper.uses_external_data(tensor):
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT

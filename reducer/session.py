@@ -23,18 +23,19 @@ from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
 from reducer.errors import BadModelError
 from reducer.inputs import defaulted_dims, load_inputs_file, prepare_inputs
-from reducer.model import Model, load_model
+from reducer.model import Model, load_model, refuse_over_two_gib
 from reducer.options import DEFAULT_CHECK_TIMEOUT, InputOptions, OracleOptions, build_oracle
 
 
 def prepare(
     model_path: str, input_options: InputOptions, out_dir: Path, progress: Progress, worker=None,
-    while_capturing: Callable[[Model, ActivationStore], object] | None = None,
+    while_capturing: Callable[[Model, ActivationStore], object] | None = None, runner_spec: str | None = None,
 ) -> tuple[Model, ActivationStore]:
     """Load and validate the model and inputs, then capture every tensor in one reference run.
     `while_capturing(model, inputs)` runs alongside the reference run, given a store of the inputs alone
     (not called where an earlier run's store is reused)."""
     model = load_model(model_path)
+    refuse_over_two_gib(model.proto, model.path, runner_spec)  # before the reference run, not after it
     given = load_inputs_file(input_options.inputs) if input_options.inputs else None
     feeds = prepare_inputs(model, given, input_options.input_shapes, input_options.seed, input_options.input_range)
     defaulted = defaulted_dims(model, given, input_options.input_shapes)
@@ -186,7 +187,8 @@ def _prepared_reduction(model_path: str, input_options: InputOptions, oracle_opt
     alongside = None if getattr(oracle, "needs_reference", True) else check_whole_model
     try:
         model, store = prepare(model_path, input_options, out_dir, progress,
-                               getattr(oracle, "reference_worker", None), alongside)
+                               getattr(oracle, "reference_worker", None), alongside,
+                               None if oracle_options.check_command else oracle_options.runner)
     except BaseException:
         oracle.close()  # first: it stops a check still running alongside, before it could write the cache
         if "reduction" in early:
