@@ -144,6 +144,9 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append("1-minimal: " + ("yes, no single node can be removed." if one_minimal else
                                       "not proven: the default check budget was reached (`--minimal` goes on)."
                                       if stopped_by == "check-budget" else
+                                      "not sought: no shorter stretch of the model carries the spread error, and a "
+                                      "smaller scattered set takes many more checks (`--minimal` looks for one)."
+                                      if stopped_by == "spread" else
                                       "not proven (the search was stopped, or its last strategy does not prove it)."))
     return lines
 

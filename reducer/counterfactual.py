@@ -66,10 +66,16 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Mater
     if run.kind == "without":
         rest = everything - run.nodes
         return materialize(model, Candidate(rest), store, model_outputs_only=True) if rest else None
-    below = set(run.nodes)
-    for index in run.nodes:
+    below = downstream(model, run.nodes)
+    return materialize(model, Candidate(below), store) if below != run.nodes else None
+
+
+def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:
+    """The nodes and all that lies below them: what the proof's second run computes."""
+    below = set(nodes)
+    for index in nodes:
         below |= nx.descendants(model.dag, index)
-    return materialize(model, Candidate(frozenset(below)), store) if below != set(run.nodes) else None
+    return frozenset(below)
 
 
 def _is_float(store: ActivationStore, name: str) -> bool:

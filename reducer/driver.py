@@ -30,7 +30,7 @@ from reducer.candidate import (
 )
 from reducer.counterfactual import CounterfactualRun, Proof
 from reducer.model import Model, subgraphs
-from strategies.base import Exact, Probe, SearchContext
+from strategies.base import Exact, Probe, SearchContext, Settled
 
 MINIMAL = "minimal.onnx"
 # A layerwise probe of a larger candidate runs in pieces of this many nodes, in topological order, each fed
@@ -483,6 +483,11 @@ class Reduction:
             self._strategy = strategy
 
     def _counterfactual_check(self, run: CounterfactualRun) -> Verdict | None:
+        if run.kind == "downstream" and counterfactual.downstream(self.model, run.nodes) == self.model.original_nodes:
+            # the repro and all below it is the whole model: its verdict is the first check's, already run
+            self.counters.cache_hits += 1
+            return self.original
+
         def build():
             built = counterfactual.build(run, self.model, self.store)
             if built is None:
@@ -540,6 +545,11 @@ class Reduction:
                 if isinstance(batch, Exact):  # the whole model with these nodes computed exactly
                     self._stop_if_spent(1)
                     batch = proposals.send(self.still_fails_with_exact(batch.nodes))
+                    continue
+                if isinstance(batch, Settled):  # as small as the default search should hope for
+                    if self.check_budget is not None:
+                        raise SearchStopped(batch.reason)
+                    batch = proposals.send(None)
                     continue
                 if isinstance(batch, Probe):  # only worth a check where the oracle names failing outputs
                     verdict = None

@@ -295,13 +295,14 @@ def reduce_model(
         except SearchStopped as stop:
             stopped_by = stop.limit
             report["stopped_by"] = stopped_by
-            progress.message(f"{stop.limit} reached: keeping the best so far ({reduction.size(reduction.best)} nodes)")
+            progress.message(STOP_MESSAGES.get(stop.limit, "{limit} reached: keeping the best so far ({nodes} nodes)")
+                             .format(limit=stop.limit, nodes=reduction.size(reduction.best)))
         report["one_minimal"] = stopped_by is None and getattr(strategies[-1], "proves_one_minimal", False)
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
         if reduction.interesting(final):
             # the default check budget is how the tool reduces, not a limit the user set
-            report["status"] = "budget-exhausted" if stopped_by not in (None, "check-budget") else "reduced"
+            report["status"] = "budget-exhausted" if stopped_by not in (None, *DEFAULT_STOPS) else "reduced"
             code = errors.EXIT_REDUCED
         elif final is not None and not final.lasting:
             report["status"], code = "no-verdict", errors.EXIT_INTERNAL
@@ -408,6 +409,12 @@ def _figures(reduction: Reduction, started: float) -> dict:
         "strategies": {name: vars(stats) for name, stats in counters.per_strategy.items()},
         "turns": reduction.turns,
     }
+
+
+# where the default search ends by design (not a limit the user set): the result is "reduced"
+DEFAULT_STOPS = ("check-budget", "spread")
+STOP_MESSAGES = {"spread": "the error is spread over the shortest stretch that carries it ({nodes} nodes): the "
+                           "default search ends here (--minimal looks for a smaller scattered set, at many checks)"}
 
 
 def cause_report(reduction: Reduction) -> dict | None:

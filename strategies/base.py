@@ -9,6 +9,9 @@ A strategy may also yield a Probe: the driver runs the candidate once with every
 marked as an output (a layerwise run) and sends back the Verdict, whose signature names every failing
 tensor. Marking outputs can change what an engine does, so a probe only guides; it never decides.
 
+It may yield Settled once its result is as small as the default (economy) search should hope for: the driver
+then ends the default search there, and `--minimal` goes on.
+
 And it may yield an Exact: the driver runs the *whole model* with those nodes computed exactly (kept in
 fp32, or their outputs fed from the reference: see reducer/counterfactual.py) and sends back whether the
 whole model still fails (True), or no longer carries the failure (False). That is how a strategy asks
@@ -36,7 +39,12 @@ class Exact:
     nodes: frozenset[int]
 
 
-Proposals = Generator["list[Candidate] | Probe | Exact", "int | Verdict | bool | None", None]
+@dataclass(frozen=True)
+class Settled:
+    reason: str  # why further search is --minimal's work: "spread"
+
+
+Proposals = Generator["list[Candidate] | Probe | Exact | Settled", "int | Verdict | bool | None", None]
 
 
 @dataclass

@@ -6,18 +6,22 @@ exact too, it is not. Under a loose fp16 tolerance nearly every node fails alone
 where *a* failure first shows stops at such a bystander near the input, this search stops at the node
 whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose variance fp16 cannot hold).
 
-The origin is tried alone (grown upwards until what feeds it is faithful), then with its producers. Where
+The origin is tried alone (grown upwards until what feeds it is faithful), then with its producers, then the
+prefix it ends (proven by the search's own probes, so one check). Where
 neither fails alone, the error builds up over several nodes: a second search finds the latest start of the
 origin's prefix that still carries it, and that region is tried, then the front cut there. The region's
-proof is the search's own last probe, so it costs nothing more. Numeric failures whose cause is proven
-only (the driver answers Exact only then); about log2(n) checks, twice that where the error is spread."""
+proof is the search's own last probe, so it costs nothing more. A region of more than SPREAD_NODES nodes
+ends the default search (Settled): no stretch of the order shorter than it carries the failure. Numeric
+failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks, twice that
+where the error is spread."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
 
 from reducer.candidate import Candidate
-from strategies.base import Exact, Proposals, SearchContext
+from reducer.counterfactual import SPREAD_NODES
+from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
 
 
@@ -38,21 +42,33 @@ class FailureOrigin:
             return  # the driver cannot say: nothing to go on
         end = found[1]
         origin = nodes[end - 1]
-        options = [grown(frozenset({origin}), context, current), with_producers(origin, context, current)]
+        # the prefix the origin ends is proven by the search's own probes (its `without` run was the last
+        # carrying probe; what lies below it is mostly the whole model, whose verdict is the first check's):
+        # about one check of it alone, a result kept should the budget end the start's search
+        prefix = frozenset(nodes[:end])
+        options = [grown(frozenset({origin}), context, current), with_producers(origin, context, current), prefix]
         batch = self._batch(current, options)
-        if batch and (yield batch) is not None:
-            return
+        if batch:
+            winner = yield batch
+            if winner is not None and batch[winner].nodes != prefix:
+                return
+            if winner is not None:
+                current = batch[winner]
         # the start: nodes[k:end] exact, from the origin alone (its candidate did not pass: taken not to carry
         # it) to the whole prefix (known to carry it)
         found = yield from boundary(end - 1, 0, lambda k: frozenset(nodes[k:end]))
         if found is None:
             return
         start = found[1]
-        options = [grown(frozenset(nodes[start:end]), context, current), grown(frozenset(nodes[start:]), context,
-                                                                                current)]
+        region = grown(frozenset(nodes[start:end]), context, current)
+        options = [region, grown(frozenset(nodes[start:]) & current.nodes, context, current)]
         batch = self._batch(current, options)
-        if batch:
-            yield batch
+        winner = (yield batch) if batch else None
+        found_region = current.nodes == region if winner is None else batch[winner].nodes == region
+        if found_region and len(region) > SPREAD_NODES:
+            # the shortest stretch of the order that carries it: no prefix or suffix of it does (the two
+            # searches showed it), only a scattered subset could, which takes ddmin's many checks
+            yield Settled("spread")
 
     @staticmethod
     def _batch(current: Candidate, options: list[frozenset[int]]) -> list[Candidate]:

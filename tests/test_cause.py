@@ -172,6 +172,39 @@ def test_a_spread_error_is_said_to_be_spread_within_the_default_budget(tmp_path)
     assert report["checks"] <= default_budget(report["nodes_before"])
     cause = report["cause"]
     assert cause["holds"] and cause["spread"] and report["nodes_after"] > 10
-    assert (report["stopped_by"] == "check-budget") == (not report["one_minimal"])
+    # the shortest stretch of the chain that carries it ends the default search: no prefix or suffix of it
+    # can, and a scattered subset is --minimal's work
+    assert report["stopped_by"] == "spread" and not report["one_minimal"]
+    assert "origin" in report["strategies"] and "ddmin" not in report["strategies"]
     md = (tmp_path / "out" / "bundle" / "report.md").read_text()
-    assert "spread" in md.split("**Reproduce**")[0]
+    head = md.split("**Reproduce**")[0]
+    assert "spread" in head and "1-minimal: not sought" in head
+
+
+def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
+    """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
+    whose verdict the first check already gave. The proof then costs the `without` run alone."""
+    from reducer.candidate import Candidate
+    from reducer.driver import Progress, Reduction
+    from reducer.options import InputOptions, OracleOptions, build_oracle
+    from reducer.session import prepare
+
+    path, names = planted
+    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
+                           Progress())
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    options = OracleOptions(fail_code=[1], check_command=[
+        sys.executable, str(check_script), "{model}", "{inputs}", *FP16])
+    reduction = Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        order = reduction.best.ordered()
+        cause = next(i for i in order if model.nodes[i].name == names["cause"])
+        prefix = Candidate(frozenset(order[: order.index(cause) + 1]))
+        before = reduction.counters.checks
+        proof = reduction.proof(prefix)
+        assert proof.holds, proof.verdicts
+        assert proof.verdicts["downstream"] is reduction.original
+        assert reduction.counters.checks - before == 1  # the `without` run only
+    finally:
+        reduction.close()
