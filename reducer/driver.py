@@ -19,10 +19,9 @@ from reducer import counterfactual
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
 from reducer.candidate import (
-    BodyCut,
     Candidate,
     Materialized,
-    body_cut_weight,
+    body_cuts_weight,
     is_frozen,
     materialize,
     save_model,
@@ -413,8 +412,7 @@ class Reduction:
 
     def size(self, candidate: Candidate) -> int:
         """Nodes counted with their bodies' nodes: inlining an If's taken branch is progress."""
-        cut = sum(body_cut_weight(self.model, e) for e in candidate.edits
-                  if isinstance(e, BodyCut) and e.node in candidate.nodes)
+        cut = body_cuts_weight(self.model, candidate.nodes, candidate.edits)
         return self.model.nodes_with_bodies(candidate.nodes) - cut
 
     def interesting(self, verdict: Verdict | None) -> bool:
