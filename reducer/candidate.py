@@ -147,44 +147,78 @@ def apply_loop_trips(graph: onnx.GraphProto, kept: list[int], edits: tuple) -> b
 
 @dataclass(frozen=True)
 class BodyCut:
-    """Kept control-flow node `node` with the nodes at `dropped` (positions in its body `body`, an attribute
-    name: then_branch, else_branch) removed from that body. What the kept body nodes and the body's outputs
-    read from a removed node becomes a body initializer: its reference value where the reference ran that
-    branch (an inlined If's taken branch), zeros shaped as the If's output where it did not run."""
+    """Kept control-flow node `node` with the nodes at `dropped` removed from one of its bodies: its body
+    `body` (an attribute name: then_branch, else_branch, body), or, through `within` ((position, attribute)
+    steps, positions in the original bodies), a body of a control-flow node nested in it, at any depth. What
+    the kept body nodes and the body's outputs read from a removed node becomes a body initializer: its
+    reference value where the reference ran that body once (an inlined If's taken branch), else zeros of the
+    type and shape shape inference gives: a branch that never ran, or a Loop/Scan body, whose tensors take
+    another value each iteration (no one reference value; feeding them through the body's inputs would change
+    the Loop's signature, which must stay intact)."""
 
     node: int
     body: str
     dropped: tuple[int, ...]
+    within: tuple[tuple[int, str], ...] = ()
 
 
 def body_of(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
     return next(a.g for a in node.attribute if a.name == name)
 
 
-def body_cut_weight(model: Model, edit: BodyCut) -> int:
-    """The nodes a BodyCut removes, counted with their own bodies."""
+def body_names(node: onnx.NodeProto) -> list[str]:
+    """The body attributes of a control-flow node of the standard domain (If, Loop, Scan); [] for others."""
+    if node.op_type not in ("If", "Loop", "Scan") or node.domain not in ("", "ai.onnx"):
+        return []
+    return [a.name for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+
+
+def graph_at(node: onnx.NodeProto, body: str, within: tuple[tuple[int, str], ...] = ()) -> onnx.GraphProto:
+    """The body a BodyCut names, positions counted in the bodies as they are in `node`."""
+    graph = body_of(node, body)
+    for position, name in within:
+        graph = body_of(graph.node[position], name)
+    return graph
+
+
+def _under_dropped(edit: BodyCut, cuts: list[BodyCut]) -> bool:
+    """Whether a cut further out removes the node whose body `edit` cuts."""
+    return any(other.node == edit.node and other.body == edit.body and len(other.within) < len(edit.within)
+               and edit.within[:len(other.within)] == other.within
+               and edit.within[len(other.within)][0] in other.dropped for other in cuts)
+
+
+def body_cuts_weight(model: Model, candidate_nodes, edits: tuple) -> int:
+    """The nodes the BodyCuts remove from kept nodes, counted with their own bodies; a cut inside a node
+    that a cut further out removes counts nothing more."""
     from reducer.model import body_node_count
 
-    inner = body_of(model.nodes[edit.node], edit.body).node
-    return sum(1 + body_node_count(inner[k]) for k in edit.dropped)
+    cuts = [e for e in edits if isinstance(e, BodyCut) and e.node in candidate_nodes]
+    total = 0
+    for edit in cuts:
+        if _under_dropped(edit, cuts):
+            continue
+        inner = graph_at(model.nodes[edit.node], edit.body, edit.within).node
+        total += sum(1 + body_node_count(inner[k]) for k in edit.dropped)
+    return total
 
 
 def apply_body_cuts(graph: onnx.GraphProto, kept: list[int], edits: tuple, model: Model,
                     store: ActivationStore) -> str | None:
     """Cut the kept control-flow nodes' bodies as their BodyCut edits say; why not, if one cannot be cut."""
+    from reducer.model import outer_reads
+
     positions = {index: position for position, index in enumerate(kept)}
-    for edit in edits:
-        if not isinstance(edit, BodyCut) or edit.node not in positions:
+    cuts = [e for e in edits if isinstance(e, BodyCut) and e.node in positions]
+    # the deepest first: an edit's positions name the original bodies' nodes, which a cut further out shifts
+    for edit in sorted(cuts, key=lambda e: -len(e.within)):
+        if _under_dropped(edit, cuts):
             continue
-        node = graph.node[positions[edit.node]]
-        attribute = next(a for a in node.attribute if a.name == edit.body)
-        body = attribute.g
+        body = graph_at(graph.node[positions[edit.node]], edit.body, edit.within)
         dropped = set(edit.dropped)
         values = _body_values(model, edit, store)
         produced_by_dropped = {o: (k, j) for k in dropped for j, o in enumerate(body.node[k].output) if o}
         remaining = [n for k, n in enumerate(body.node) if k not in dropped]
-        from reducer.model import outer_reads
-
         needed = {name for n in remaining for name in [*n.input, *outer_reads(n)] if name}
         needed |= {o.name for o in body.output}
         constants = []
@@ -193,8 +227,9 @@ def apply_body_cuts(graph: onnx.GraphProto, kept: list[int], edits: tuple, model
             if value is None:
                 return f"no value for '{name}' inside {model.nodes[edit.node].name or edit.node}'s {edit.body}"
             constants.append(numpy_helper.from_array(value, name))
+        kept_nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in remaining]
         del body.node[:]
-        body.node.extend(remaining)
+        body.node.extend(kept_nodes)
         body.initializer.extend(constants)
     return None
 
@@ -202,10 +237,13 @@ def apply_body_cuts(graph: onnx.GraphProto, kept: list[int], edits: tuple, model
 def _body_values(model: Model, edit: BodyCut, store: ActivationStore):
     """name -> the value a removed body node gave it, or None when it is not known."""
     node = model.nodes[edit.node]
-    body = body_of(node, edit.body)
+    body = graph_at(node, edit.body, edit.within)
     branch = model.inlined.get(edit.node)
-    taken = branch is not None and _taken_body(model, edit.node) == edit.body
-    outputs = {o.name: outer for o, outer in zip(body.output, node.output, strict=False)}
+    # only a top-level If's body ran once in the reference; a Loop/Scan body's values differ each iteration
+    taken = branch is not None and not edit.within and _taken_body(model, edit.node) == edit.body
+    outputs = {}
+    if node.op_type == "If" and not edit.within:
+        outputs = {o.name: outer for o, outer in zip(body.output, node.output, strict=False)}
 
     def value(name: str):
         if taken:  # the inlined copy of this body node ran in the reference: its output is stored
@@ -217,7 +255,7 @@ def _body_values(model: Model, edit: BodyCut, store: ActivationStore):
         if name in outputs and outputs[name] in store:  # a branch output: shaped as the If's output
             reference = np.asarray(store.load(outputs[name]))
             return reference.copy() if taken else np.zeros_like(reference)
-        if not taken:  # a branch that never runs: any value of the right type and shape will do
+        if not taken:  # a branch that never runs, or an iteration's value: zeros of the right type and shape
             known = _inferred_inner_types(model, store).get(name)
             if known is not None:
                 return np.zeros(known[1], dtype=known[0])
@@ -299,8 +337,13 @@ def describe_edit(edit: Edit, model: Model) -> str:
     if isinstance(edit, LoopTrips):
         return f"{node(edit.node)}: at most {edit.trips} iteration{'' if edit.trips == 1 else 's'}"
     if isinstance(edit, BodyCut):
-        total = len(body_of(model.nodes[edit.node], edit.body).node)
-        return (f"{node(edit.node)}: {len(edit.dropped)} of the {total} nodes of its {edit.body} removed, "
+        total = len(graph_at(model.nodes[edit.node], edit.body, edit.within).node)
+        where, graph = f"its {edit.body}", body_of(model.nodes[edit.node], edit.body)
+        for position, name in edit.within:  # a body nested in it: named by its node
+            inner = graph.node[position]
+            where = f"the {name} of `{inner.name or '#' + str(position)}` ({inner.op_type}) in {where}"
+            graph = body_of(inner, name)
+        return (f"{node(edit.node)}: {len(edit.dropped)} of the {total} nodes of {where} removed, "
                 "what the rest read from them given as constants")
     channels = output_channels(model.nodes[edit.node], model.initializer_shapes) or "?"
     return f"{node(edit.node)}: first {edit.keep} of its {channels} output channels kept, weight and bias cut to match"

@@ -13,16 +13,16 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from oracles.base import CheckJob, Oracle, Verdict
 from reducer import counterfactual
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
 from reducer.candidate import (
-    BodyCut,
     Candidate,
     Materialized,
-    body_cut_weight,
+    body_cuts_weight,
     is_frozen,
     materialize,
     save_model,
@@ -413,8 +413,7 @@ class Reduction:
 
     def size(self, candidate: Candidate) -> int:
         """Nodes counted with their bodies' nodes: inlining an If's taken branch is progress."""
-        cut = sum(body_cut_weight(self.model, e) for e in candidate.edits
-                  if isinstance(e, BodyCut) and e.node in candidate.nodes)
+        cut = body_cuts_weight(self.model, candidate.nodes, candidate.edits)
         return self.model.nodes_with_bodies(candidate.nodes) - cut
 
     def interesting(self, verdict: Verdict | None) -> bool:
@@ -596,8 +595,8 @@ class Reduction:
 
     @property
     def check_budget(self) -> int | None:
-        """default_budget, plus what bisecting the branches of each If the best still holds would cost: the
-        top-level search cannot cut inside them (strategies/bodies.py does)."""
+        """default_budget, plus what bisecting the bodies of each If, Loop and Scan the best still holds would
+        cost: the top-level search cannot cut inside them (strategies/bodies.py does)."""
         if not self.limits.economy or self.limits.max_checks is not None:
             return None
         inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
@@ -605,10 +604,14 @@ class Reduction:
 
     @cached_property
     def _if_bisection_costs(self) -> dict[int, int]:
-        """Each If's branches' bisection cost, `2 * bit_length(nodes)` a branch (looked up per check: a
-        100k-node model has few Ifs)."""
-        return {index: sum(2 * max(1, len(body.node)).bit_length() for body in subgraphs(node))
-                for index, node in enumerate(self.model.nodes) if node.op_type == "If"}
+        """Each If's, Loop's and Scan's bodies' bisection cost, `2 * bit_length(nodes)` a body, nested bodies
+        too (looked up per check: a 100k-node model has few of them)."""
+        def cost(node: onnx.NodeProto) -> int:
+            return sum(2 * max(1, len(body.node)).bit_length() + sum(cost(inner) for inner in body.node)
+                       for body in subgraphs(node))
+
+        return {index: cost(node) for index, node in enumerate(self.model.nodes)
+                if node.op_type in ("If", "Loop", "Scan")}
 
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window

@@ -1,14 +1,16 @@
-"""Inside the Ifs that must stay (a failure in how the If itself is built): the nodes of each branch are
-removed in chunks, halving, as ddmin removes top-level nodes; what the rest read from a removed node is
-given as a constant inside the branch (its reference value in the branch the reference ran, zeros in the
-other, which never runs). The whole branch first: one check where none of it matters."""
+"""Inside the control flow that must stay (an If whose failure lies in how the If itself is built, a Loop or
+a Scan): the nodes of each body are removed in chunks, halving, as ddmin removes top-level nodes; what the
+rest read from a removed node is given as a constant inside the body (its reference value in the If branch
+the reference ran; zeros of the inferred type and shape in a branch that never runs and in a Loop/Scan
+body, whose values change each iteration). The whole body first: one check where none of it matters. Then
+the control-flow nodes kept inside a body, the same way, at every depth."""
 
 from __future__ import annotations
 
-from reducer.candidate import BodyCut, Candidate, body_of
+from reducer.candidate import BodyCut, Candidate, body_names, graph_at
 from strategies.base import Proposals, SearchContext
 
-BODIES = ("then_branch", "else_branch")
+Within = tuple[tuple[int, str], ...]
 
 
 class ReduceBodies:
@@ -16,16 +18,18 @@ class ReduceBodies:
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         model = context.model
-        ifs = [i for i in current.nodes if model.nodes[i].op_type == "If" and model.nodes[i].domain in ("", "ai.onnx")]
-        for index in sorted(ifs, key=lambda i: -model.node_weights[i]):
-            for body in BODIES:
-                size = len(body_of(model.nodes[index], body).node)
-                dropped = set(_dropped(current, index, body))
-                alive = [k for k in range(size) if k not in dropped]
+        flows = [i for i in current.nodes if body_names(model.nodes[i])]
+        for index in sorted(flows, key=lambda i: -model.node_weights[i]):
+            pending: list[tuple[str, Within]] = [(body, ()) for body in body_names(model.nodes[index])]
+            while pending:  # outermost bodies first: a node cut there takes its own bodies with it
+                body, within = pending.pop(0)
+                graph = graph_at(model.nodes[index], body, within)
+                dropped = set(_dropped(current, index, body, within))
+                alive = [k for k in range(len(graph.node)) if k not in dropped]
                 chunk = len(alive)
                 while alive and chunk >= 1:
                     groups = [alive[start:start + chunk] for start in range(0, len(alive), chunk)]
-                    trials = [_with_cut(current, index, body, dropped | set(group)) for group in groups]
+                    trials = [_with_cut(current, index, body, within, dropped | set(group)) for group in groups]
                     found = yield trials
                     if found is None:
                         chunk //= 2
@@ -34,13 +38,17 @@ class ReduceBodies:
                     dropped |= set(groups[found])
                     alive = [k for k in alive if k not in dropped]
                     chunk = min(chunk, len(alive))
+                for k in alive:  # control flow kept inside this body: its own bodies next
+                    pending.extend((body, (*within, (k, inner))) for inner in body_names(graph.node[k]))
 
 
-def _dropped(candidate: Candidate, index: int, body: str) -> tuple[int, ...]:
-    return next((e.dropped for e in candidate.edits
-                 if isinstance(e, BodyCut) and e.node == index and e.body == body), ())
+def _dropped(candidate: Candidate, index: int, body: str, within: Within) -> tuple[int, ...]:
+    return next((e.dropped for e in candidate.edits if isinstance(e, BodyCut)
+                 and (e.node, e.body, e.within) == (index, body, within)), ())
 
 
-def _with_cut(candidate: Candidate, index: int, body: str, dropped: set[int]) -> Candidate:
-    others = {e for e in candidate.edits if not (isinstance(e, BodyCut) and e.node == index and e.body == body)}
-    return Candidate(candidate.nodes, tuple(sorted(others | {BodyCut(index, body, tuple(sorted(dropped)))}, key=repr)))
+def _with_cut(candidate: Candidate, index: int, body: str, within: Within, dropped: set[int]) -> Candidate:
+    others = {e for e in candidate.edits
+              if not (isinstance(e, BodyCut) and (e.node, e.body, e.within) == (index, body, within))}
+    cut = BodyCut(index, body, tuple(sorted(dropped)), within)
+    return Candidate(candidate.nodes, tuple(sorted(others | {cut}, key=repr)))

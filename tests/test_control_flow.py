@@ -83,6 +83,86 @@ def loop_model(trips: int = 3) -> onnx.ModelProto:
     return _model([*before, loop, *after], [_value("x")], [_value("y")], constants)
 
 
+def loop_body_model(trips: int = 3) -> onnx.ModelProto:
+    """Relu chain -> Loop (M = trips) whose body of 5 nodes multiplies an outer tensor by an outer 1e5 (the
+    culprit) and adds it to the carried value, among harmless nodes: its condition passed on, an Abs, and a
+    Neg giving a scan output -> Relu chain."""
+    before, a = _chain("pre", "x", 3)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+         helper.make_node("Abs", ["v_in"], ["b_abs"], name="body_abs"),
+         helper.make_node("Neg", ["b_abs"], ["b_neg"], name="body_neg"),
+         helper.make_node("Mul", [a, "big"], ["b_big"], name="body_scale"),
+         helper.make_node("Add", ["b_abs", "b_big"], ["v_out"], name="body_add")],
+        "body",
+        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out"), _value("b_neg")])
+    loop = helper.make_node("Loop", ["trips", "go", a], ["looped", "scanned"], name="repeat", body=body)
+    after, last = _chain("post", "looped", 3)
+    after.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    after.append(helper.make_node("ReduceSum", ["scanned"], ["z"], name="scanned_sum", keepdims=0))
+    constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
+                 numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+                 numpy_helper.from_array(np.array(True), "go")]
+    return _model([*before, loop, *after], [_value("x")], [_value("y"), _value("z", ())], constants)
+
+
+def scan_model() -> onnx.ModelProto:
+    """Relu chain -> Scan over x's 2 rows whose body of 5 nodes multiplies an outer tensor by an outer 1e5
+    (the culprit) into its state, among harmless nodes (an Abs of the row, a Neg giving the scan output, an
+    Identity) -> Relu chain."""
+    before, a = _chain("pre", "x", 3)
+    row = lambda name: _value(name, (3,))  # noqa: E731
+    body = helper.make_graph(
+        [helper.make_node("Abs", ["row"], ["s_abs"], name="scan_abs"),
+         helper.make_node("Neg", ["s_abs"], ["s_neg"], name="scan_neg"),
+         helper.make_node("Identity", ["s_neg"], ["s_out"], name="scan_copy"),
+         helper.make_node("Mul", ["shift", "big"], ["s_big"], name="scan_scale"),
+         helper.make_node("Add", ["state_in", "s_big"], ["state_out"], name="scan_add")],
+        "scan_body", [row("state_in"), row("row")], [row("state_out"), row("s_out")])
+    scan = helper.make_node("Scan", ["start", a], ["final", "rows"], name="sweep", body=body, num_scan_inputs=1)
+    after, last = _chain("post", "final", 3)
+    after.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    after.append(helper.make_node("ReduceSum", ["rows"], ["z"], name="rows_sum", keepdims=0))
+    constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
+                 numpy_helper.from_array(np.linspace(0.5, 1.0, 3, dtype=np.float32), "shift"),
+                 numpy_helper.from_array(np.zeros(3, np.float32), "start")]
+    return _model([*before, scan, *after], [_value("x")], [_value("y", (3,)), _value("z", ())], constants)
+
+
+def nested_model() -> onnx.ModelProto:
+    """A Loop whose body holds an If (on an outer condition) next to harmless nodes; the If's then-branch
+    multiplies an outer tensor by an outer 1e5 (the culprit) beside an Abs; its else-branch negates."""
+    before, a = _chain("pre", "x", 3)
+    positive = [helper.make_node("ReduceSum", ["x"], ["total"], name="total", keepdims=0),
+                helper.make_node("Greater", ["total", "zero"], ["cond"], name="positive")]
+    then = helper.make_graph(
+        [helper.make_node("Abs", [a], ["i_abs"], name="inner_abs"),
+         helper.make_node("Mul", [a, "big"], ["i_big"], name="inner_scale"),
+         helper.make_node("Add", ["i_abs", "i_big"], ["i_out"], name="inner_add")], "then", [], [_value("i_out")])
+    other = helper.make_graph(
+        [helper.make_node("Neg", [a], ["e_neg"], name="else_neg"),
+         helper.make_node("Abs", ["e_neg"], ["e_out"], name="else_abs")], "else", [], [_value("e_out")])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+         helper.make_node("Abs", ["v_in"], ["b_abs"], name="body_abs"),
+         helper.make_node("If", ["cond"], ["b_if"], name="inner_if", then_branch=then, else_branch=other),
+         helper.make_node("Add", ["b_abs", "b_if"], ["v_out"], name="body_add")],
+        "body",
+        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out")])
+    loop = helper.make_node("Loop", ["trips", "go", a], ["looped"], name="repeat", body=body)
+    after, last = _chain("post", "looped", 3)
+    after.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
+                 numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                 numpy_helper.from_array(np.array(2, np.int64), "trips"),
+                 numpy_helper.from_array(np.array(True), "go")]
+    return _model([*before, *positive, loop, *after], [_value("x")], [_value("y")], constants)
+
+
 def _inputs(tmp_path: Path, sign: float = 1.0) -> Path:
     path = tmp_path / "inputs.npz"  # positive: the then-branch is taken; negative: the else-branch
     np.savez(path, x=sign * np.linspace(0.8, 1.0, 6, dtype=np.float32).reshape(2, 3))
@@ -149,9 +229,57 @@ def test_overflow_inside_loop_body_reduces_to_a_one_iteration_loop(tmp_path):
     assert [n.op_type for n in minimal.graph.node] == ["Loop"]
     trips = {t.name: numpy_helper.to_array(t) for t in minimal.graph.initializer}[minimal.graph.node[0].input[0]]
     assert int(trips) == 1
-    assert (report["nodes_before"], report["nodes_after"]) == (10, 3)
+    assert [n.name for n in _body(minimal.graph.node[0]).node] == ["body_scale"]  # its condition a constant
+    assert (report["nodes_before"], report["nodes_after"]) == (10, 2)
     assert any("at most 1 iteration" in line for line in report["edits_described"])
     onnx.checker.check_model(minimal, full_check=True)
+
+
+# --- inside a Loop or Scan body -------------------------------------------------------------------------
+def _body(node: onnx.NodeProto) -> onnx.GraphProto:
+    return next(a.g for a in node.attribute if a.name == "body")
+
+
+@pytest.mark.parametrize("build, kept", [(loop_body_model, ["body_scale", "body_add"]),
+                                         (scan_model, ["scan_scale", "scan_add"])], ids=["loop", "scan"])
+def test_overflow_inside_a_loop_or_scan_body_reduces_to_its_culprit(tmp_path, build, kept):
+    """The Loop (Scan) must stay, for the failure is computed inside it: its body loses every node the
+    culprit does not need (5 -> 2); what the rest read from a removed node, the condition and the scan output
+    included, is a constant of the inferred type and shape, and the body's signature stays as it was."""
+    original = build()
+    flow = next(n for n in original.graph.node if n.op_type in ("Loop", "Scan"))
+    assert len(_body(flow).node) == 5
+    done, report, minimal = _reduce(tmp_path, original, *STORAGE)
+    assert report["status"] == "reduced", done.stderr
+    assert [n.op_type for n in minimal.graph.node] == [flow.op_type]
+    body = _body(minimal.graph.node[0])
+    assert [n.name for n in body.node] == kept
+    assert [(i.name, i.type) for i in body.input] == [(i.name, i.type) for i in _body(flow).input]
+    assert [(o.name, o.type) for o in body.output] == [(o.name, o.type) for o in _body(flow).output]
+    assert (report["nodes_before"], report["nodes_after"]) == (14, 3)
+    assert any("3 of the 5 nodes of its body removed" in line for line in report["edits_described"])
+    onnx.checker.check_model(minimal, full_check=True)
+    ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_an_if_inside_a_loop_body_is_reduced_inside_its_branches_too(tmp_path):
+    """Nested control flow: the Loop's body is cut, then the branches of the If kept in it, at the next
+    depth (the else-branch, which never runs, to nothing; the then-branch to the culprit and the Add that
+    carries it out)."""
+    model = nested_model()
+    assert model_module.count_nodes(model.graph) == 10 + 4 + 3 + 2
+    done, report, minimal = _reduce(tmp_path, model, *STORAGE)
+    assert report["status"] == "reduced", done.stderr
+    assert [n.op_type for n in minimal.graph.node] == ["Loop"]
+    body = _body(minimal.graph.node[0])
+    assert [n.name for n in body.node] == ["inner_if", "body_add"]
+    branches = {a.name: a.g for a in body.node[0].attribute}
+    assert [n.name for n in branches["then_branch"].node] == ["inner_scale", "inner_add"]
+    assert not branches["else_branch"].node
+    assert (report["nodes_before"], report["nodes_after"]) == (19, 5) == (19, model_module.count_nodes(minimal.graph))
+    assert any("the else_branch of `inner_if` (If) in its body" in line for line in report["edits_described"])
+    onnx.checker.check_model(minimal, full_check=True)
+    ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 # --- every candidate valid -------------------------------------------------------------------------------
@@ -164,7 +292,10 @@ sys.exit(3 if sys.argv[3].encode() in Path(sys.argv[1]).read_bytes() else 0)
 """
 
 
-@pytest.mark.parametrize("build, culprit", [(if_model, "then_scale"), (loop_model, "body_scale")], ids=["if", "loop"])
+@pytest.mark.parametrize("build, culprit", [(if_model, "then_scale"), (loop_model, "body_scale"),
+                                            (loop_body_model, "body_scale"), (scan_model, "scan_scale"),
+                                            (nested_model, "inner_scale")],
+                         ids=["if", "loop", "loop-body", "scan-body", "if-in-loop"])
 def test_every_candidate_tried_passes_the_full_checker_and_loads_in_onnxruntime(tmp_path, build, culprit):
     script = tmp_path / "check.py"
     script.write_text(CHECK)
@@ -250,3 +381,42 @@ def test_the_branch_that_never_ran_is_cut_with_values_shape_inference_gives(tmp_
     assert not branches["then_branch"].node
     assert report["nodes_after"] == 2
     onnx.checker.check_model(minimal, full_check=True)
+
+
+MULTIPLYING_DEEP_IN_AN_IF = '''import sys
+import onnx
+def ops(graph):
+    return [op for n in graph.node for op in [n.op_type, *(o for a in n.attribute if a.g.node for o in ops(a.g))]]
+for node in onnx.load(sys.argv[1]).graph.node:
+    if node.op_type == "If" and "Mul" in ops(next(a.g for a in node.attribute if a.name == "then_branch")):
+        print("BUG: an If whose then_branch multiplies, at some depth")
+        sys.exit(1)
+'''
+
+
+def test_a_loop_inside_an_if_that_must_stay_is_reduced_inside_its_body(tmp_path):
+    """The If stays (its failure is its own), its then-branch is cut to the Loop, and the Loop's body, a
+    depth further, to the Mul: what the Loop's body read from removed nodes is zeros, its condition too."""
+    model = if_model()
+    then = next(a.g for a in model.graph.node[5].attribute if a.name == "then_branch")
+    loop = loop_body_model().graph.node[3]
+    loop.input[:] = ["trips", "go", "t_abs"]
+    _body(loop).node[3].input[0] = "t_abs"
+    then.node[1].op_type = "Add"  # the only Mul left is the Loop's
+    nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in [then.node[0], loop, *then.node[1:]]]
+    del then.node[:]
+    then.node.extend(nodes)  # the Loop after the Abs whose output it reads
+    model.graph.initializer.extend(t for t in loop_body_model().graph.initializer if t.name in ("trips", "go"))
+    onnx.checker.check_model(model, full_check=True)
+    check = tmp_path / "check.py"
+    check.write_text(MULTIPLYING_DEEP_IN_AN_IF)
+    done, report, minimal = _reduce(tmp_path, model, "--no-cause-check", "--fail-regex", "BUG", "--check",
+                                    sys.executable, str(check), "{model}")
+    assert [n.op_type for n in minimal.graph.node] == ["If"], done.stderr
+    branches = {a.name: a.g for a in minimal.graph.node[0].attribute}
+    assert [n.op_type for n in branches["then_branch"].node] == ["Loop"]
+    assert not branches["else_branch"].node
+    assert [(n.name, n.op_type) for n in _body(branches["then_branch"].node[0]).node] == [("body_scale", "Mul")]
+    assert (report["nodes_before"], report["nodes_after"]) == (21, 3)
+    onnx.checker.check_model(minimal, full_check=True)
+    ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
