@@ -9,11 +9,12 @@ whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose v
 The origin is tried alone (grown upwards until what feeds it is faithful), then with its producers, then the
 prefix it ends (proven by the search's own probes, so one check). Where
 neither fails alone, the error builds up over several nodes: a second search finds the latest start of the
-origin's prefix that still carries it, and that region is tried, then the front cut there. The region's
+origin's prefix that still carries it (its length on a log scale first, then refined: exactly where short,
+to within a quarter where spread), and that region is tried, then the front cut there. The region's
 proof is the search's own last probe, so it costs nothing more. A region of more than SPREAD_NODES nodes
-ends the default search (Settled): no stretch of the order shorter than it carries the failure. Numeric
-failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks, twice that
-where the error is spread."""
+ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Numeric
+failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks for the end,
+log2(log2 n) and log2 of the region's length for the start."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES
 from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
+
+SLACK = 4  # a spread region is found to within 1/SLACK of its length
 
 
 class FailureOrigin:
@@ -54,25 +57,50 @@ class FailureOrigin:
                 return
             if winner is not None:
                 current = batch[winner]
-        # the start: nodes[k:end] exact, from the origin alone (its candidate did not pass: taken not to carry
-        # it) to the whole prefix (known to carry it)
-        found = yield from boundary(end - 1, 0, lambda k: frozenset(nodes[k:end]))
-        if found is None:
+        # the start: nodes[end - length:end] exact, from the origin alone (its candidate did not pass: taken not
+        # to carry it) to the whole prefix (known to carry it)
+        length = yield from region_length(end, lambda k: frozenset(nodes[k:end]))
+        if length is None:
             return
-        start = found[1]
+        start = end - length
         region = grown(frozenset(nodes[start:end]), context, current)
         options = [region, grown(frozenset(nodes[start:]) & current.nodes, context, current)]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
         found_region = current.nodes == region if winner is None else batch[winner].nodes == region
         if found_region and len(region) > SPREAD_NODES:
-            # the shortest stretch of the order that carries it: no prefix or suffix of it does (the two
-            # searches showed it), only a scattered subset could, which takes ddmin's many checks
+            # the shortest stretch of the order that carries it (to within a quarter): no prefix of it does,
+            # nor a suffix a quarter shorter (the two searches showed it); only a scattered subset could, which
+            # takes ddmin's many checks
             yield Settled("spread")
 
     @staticmethod
     def _batch(current: Candidate, options: list[frozenset[int]]) -> list[Candidate]:
         return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
+
+
+def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:
+    """How many nodes ending at `end` must be exact to carry the failure (`exact_at(k)`: nodes k..end exact).
+    Its order of magnitude first, a binary search over powers of two (log2(log2 n) probes), then within
+    that: exactly for a short region, to within a quarter of its length for a spread one (past that, more
+    checks tell a vendor little). About half the probes of a plain bisection where the error is spread or
+    starts close to the origin. Returns the carrying length, or None where the driver cannot say."""
+    lengths = [1 << j for j in range(end.bit_length()) if 1 << j < end] + [end]
+    short, long = 0, len(lengths) - 1  # lengths[short] is taken not to carry (the origin alone); the whole does
+    while long - short > 1:
+        middle = (short + long) // 2
+        still_failing = yield Exact(exact_at(end - lengths[middle]))
+        if still_failing is None:
+            return None
+        short, long = (middle, long) if still_failing else (short, middle)
+    short, long = lengths[short], lengths[long]
+    while long - short > (long // SLACK if long > SPREAD_NODES else 1):
+        middle = (short + long) // 2
+        still_failing = yield Exact(exact_at(end - middle))
+        if still_failing is None:
+            return None
+        short, long = (middle, long) if still_failing else (short, middle)
+    return long
 
 
 def boundary(failing: int, carrying: int, exact_at: Callable[[int], frozenset[int]],

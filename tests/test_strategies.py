@@ -304,3 +304,31 @@ def test_singletons_finds_lone_failing_nodes_in_one_check(tmp_path):
     first = report["turns"][0]
     assert first["strategy"] == "singletons" and first["spent"] == 1 and first["removed"] >= 6, report["turns"]
     assert report["nodes_after"] == 1 and report["final"]["failing"]
+
+
+@pytest.mark.parametrize("end", [1, 2, 7, 64, 518, 1493])
+def test_the_region_length_is_found_in_few_probes_exactly_where_short_and_within_a_quarter_where_spread(end):
+    """origin's start search against a model where exactly the last `true` nodes before the end carry the
+    failure (monotone: more exact nodes, no failure): every length, its probes counted. The origin alone
+    (length 1) is taken not to carry it: its own candidate's proof said so before this search."""
+    from strategies.base import Exact
+    from strategies.origin import region_length
+
+    spent = []
+    for true in range(min(2, end), end + 1):
+        search = region_length(end, lambda k: frozenset(range(k, end)))
+        probes, answer = 0, None
+        try:
+            asked = next(search)
+            while True:
+                assert isinstance(asked, Exact)
+                probes += 1
+                asked = search.send(len(asked.nodes) < true)  # still failing while fewer than `true` are exact
+        except StopIteration as stop:
+            answer = stop.value
+        assert answer >= true, (end, true, answer)
+        assert answer == true if true <= 10 else answer - true <= answer // 4, (end, true, answer)
+        assert probes <= max(0, end - 2).bit_length() + 1, (end, true, probes)  # a plain bisection, + 1 at most
+        spent.append(probes)
+    if end >= 300:  # and about half of it on average on a model of some size
+        assert sum(spent) / len(spent) <= 0.6 * (end - 2).bit_length()
