@@ -108,6 +108,11 @@ class RayBatch(Batch):
         ray = require_ray()
         started_here = connect(ray, self.options.address)
         try:
+            resources = ray.cluster_resources()
+            where = ("started a local Ray instance for this batch" if started_here else
+                     f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}")
+            self.progress.line(f"{where}: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
+                               f"{resources.get('GPU', 0):g} GPUs")
             self._run_tasks(ray, todo)
         finally:
             if started_here:
