@@ -30,6 +30,7 @@ from reducer.errors import ReducerError, UsageError
 INSTALL_HINT = "pip install 'onnx-reducer[ray]'"
 SHARED = "the corpus, RUN_DIR and --cache must be on a filesystem that every node mounts at the same path"
 CANCEL_MARGIN = 5.0  # seconds beyond KILL_GRACE for a cancelled task to report before its worker is killed
+CONNECT_TIMEOUT = 10.0  # seconds for the cluster's head to accept a connection
 LOCAL_OBJECT_STORE = 256 * 1024**2  # tasks pass paths and records only: a small store starts faster
 
 
@@ -84,6 +85,8 @@ def connect(ray, address: str | None) -> bool:
     import os
 
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        _refuse_unreachable(address)
     # ray.init replaces the SIGTERM handler: ours makes SIGTERM an interrupt (summary written, exit 143)
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
@@ -98,6 +101,18 @@ def connect(ray, address: str | None) -> bool:
         if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
     return not address
+
+
+def _refuse_unreachable(address: str) -> None:
+    """ray.init retries an address nobody answers at for minutes, in log lines: one line instead, at once."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # a Ray Client address, or "auto": Ray's own resolution
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise UsageError(f"no Ray cluster answers at {address} ({exc.strerror or type(exc).__name__}): "
+                         "start one (`ray start --head`) or fix --address / RAY_ADDRESS") from None
 
 
 class RayBatch(Batch):

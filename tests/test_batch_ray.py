@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,17 @@ def test_an_address_without_the_ray_executor_is_refused(tmp_path):
     write_model(tmp_path / "corpus" / "m.onnx", chain(["Relu"]))
     assert_bad_input(tmp_path, "batch", "corpus", "-o", "out", "--address", "head:6379",
                      mentions=("--address goes with --executor ray",))
+
+
+@needs_ray
+def test_an_address_where_no_cluster_answers_is_one_line_at_once(tmp_path):
+    """Ray itself would retry for minutes, in log lines (a closed port: refused at once)."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    write_model(tmp_path / "corpus" / "m.onnx", chain(["Relu"]))
+    done = batch(tmp_path, "corpus", "-o", "out", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+                 *FP16_STORAGE)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("onnx-reduce: error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in errors[0] and "Traceback" not in done.stderr
