@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,10 +155,11 @@ class ReductionWatch:
                 _end_group(process)
 
 
-def run_model(job: ModelJob, watch: ReductionWatch) -> dict | None:
+def run_model(job: ModelJob, watch: ReductionWatch, stop_requested: Callable[[], bool] | None = None) -> dict | None:
     """One model reduced in its own `onnx-reduce reduce` process (killed with its process group after the
     timeout), its log and records/NAME.json written: the work of both executors, wherever it runs. None when
-    a stop came first (the model is redone by the next run)."""
+    a stop came first (the model is redone by the next run). `stop_requested`, asked every half second: the
+    batch is stopping (a Ray task cannot be told so through `watch`, which lives in its own process)."""
     entry = job.entry
     out = job.run_dir / "models" / entry.name
     log_path = job.run_dir / "logs" / f"{entry.name}.log"
@@ -181,12 +183,15 @@ def run_model(job: ModelJob, watch: ReductionWatch) -> dict | None:
         if process is None:
             return None
         try:
-            code = _wait(process, job.timeout)
+            code = _wait(process, job.timeout, stop_requested)
         except subprocess.TimeoutExpired:
             timed_out = True
             _end_group(process)
             code = process.returncode
-        except BaseException:  # interrupted from outside (a cancelled Ray task): the reduction is ended too
+        except StopRequested:  # the reduction gets SIGTERM and writes its report, as with a local Ctrl-C
+            watch.stop_all()
+            return None
+        except BaseException:  # interrupted from outside (a Ray worker's KeyboardInterrupt): the reduction too
             watch.stop_all()
             raise
         finally:
@@ -205,11 +210,17 @@ def run_model(job: ModelJob, watch: ReductionWatch) -> dict | None:
     return record
 
 
-def _wait(process: subprocess.Popen, timeout: float | None) -> int:
-    """process.wait in short steps: an interrupt raised in this thread from outside (a cancelled Ray task gets
-    a KeyboardInterrupt) is seen within a step, not after the whole timeout."""
+class StopRequested(Exception):
+    """The batch is stopping: seen by a reduction's waiting thread."""
+
+
+def _wait(process: subprocess.Popen, timeout: float | None, stop_requested: Callable[[], bool] | None) -> int:
+    """process.wait in short steps, so that a stop (or an interrupt raised in this thread from outside) is seen
+    within a step, not after the whole timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        if stop_requested is not None and stop_requested():
+            raise StopRequested
         step = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
         try:
             return process.wait(timeout=max(0.0, step))
@@ -258,7 +269,16 @@ class Batch:
             else:
                 todo.append(entry)
         self.progress.start(len(self.entries), len(self.entries) - len(todo))
-        self._execute(todo)
+        try:
+            self._execute(todo)
+        except BaseException:
+            # a model that finished while the batch stopped has its complete record on disk: it counts now, as
+            # it will on resume (a Ray task's result can be on disk before the driver hears of it)
+            for entry in todo:
+                record = None if entry.name in self.records else self._finished(entry)
+                if record:
+                    self.records[entry.name] = record
+            raise
         return self.records
 
     def _done(self, record: dict | None) -> None:

@@ -23,12 +23,14 @@ from reducer.batch import (
     _write_json,
     base_record,
     run_model,
+    write_text,
 )
 from reducer.batch_corpus import Entry
 from reducer.errors import ReducerError, UsageError
 
 INSTALL_HINT = "pip install 'onnx-reducer[ray]'"
 SHARED = "the corpus, RUN_DIR and --cache must be on a filesystem that every node mounts at the same path"
+STOP_FILE = ".stop"  # in RUN_DIR: the batch is stopping; every task sees it on the shared filesystem
 CANCEL_MARGIN = 5.0  # seconds beyond KILL_GRACE for a cancelled task to report before its worker is killed
 CONNECT_TIMEOUT = 10.0  # seconds for the cluster's head to accept a connection
 LOCAL_OBJECT_STORE = 256 * 1024**2  # tasks pass paths and records only: a small store starts faster
@@ -66,17 +68,18 @@ def cannot_see(job: ModelJob, claim_text: str) -> str | None:
 
 
 def reduce_on_node(job: ModelJob, claim_text: str) -> dict:
-    """The Ray task: run_model on the node Ray chose. A ray.cancel (without force) arrives as a KeyboardInterrupt:
-    the reduction gets SIGTERM, writes its report and ends, as with a local Ctrl-C."""
+    """The Ray task: run_model on the node Ray chose. The batch stopping (RUN_DIR/.stop, written by the driver)
+    is seen within half a second: the reduction gets SIGTERM, writes its report and ends, as with a local
+    Ctrl-C, and the task returns no record. (Not ray.cancel without force: its KeyboardInterrupt races Ray's
+    own bookkeeping of the task's end, which can abort the driver: "Tried to complete task that was not
+    pending".)"""
     missing = cannot_see(job, claim_text)
     if missing:
         return {"cannot_see": missing, "host": socket.gethostname()}
-    watch = ReductionWatch()
-    try:
-        return {"record": run_model(job, watch)}
-    except KeyboardInterrupt:
-        watch.stop_all()
-        return {"record": None}
+    stop_file = job.run_dir / STOP_FILE
+    if stop_file.exists():
+        return {"record": None}  # started after the stop: nothing to do
+    return {"record": run_model(job, ReductionWatch(), stop_file.exists)}
 
 
 def connect(ray, address: str | None) -> bool:
@@ -135,22 +138,25 @@ class RayBatch(Batch):
 
     def _run_tasks(self, ray, todo: list[Entry]) -> None:
         claim_text = (self.run_dir / ".lock").read_text()
+        (self.run_dir / STOP_FILE).unlink(missing_ok=True)  # a stopped run's: we hold RUN_DIR now
         if self.options.cache:
             self.options.cache.mkdir(parents=True, exist_ok=True)  # a task checks that it sees this very folder
         # a task whose worker dies (a lost node, the OOM killer) is not retried: its error record, not complete,
         # makes the next run of the same command redo that model, as a killed reduction does locally
         task = ray.remote(max_retries=0)(reduce_on_node)
         entries, largest = {}, {"CPU": 0, "GPU": 0}
-        for entry in todo:
-            job = self._job(entry)
-            cpus = int({**self.options.defaults, **entry.settings}.get("jobs") or 1)
-            gpus = 1 if job.uses_gpu else 0
-            largest = {"CPU": max(largest["CPU"], cpus), "GPU": max(largest["GPU"], gpus)}
-            ref = task.options(num_cpus=cpus, num_gpus=gpus, name=f"onnx-reduce {entry.name}").remote(job, claim_text)
-            entries[ref] = entry
-        self._note_unschedulable(ray, largest)
-        pending = list(entries)
+        pending: list = []
         try:
+            for entry in todo:
+                job = self._job(entry)
+                cpus = int({**self.options.defaults, **entry.settings}.get("jobs") or 1)
+                gpus = 1 if job.uses_gpu else 0
+                largest = {"CPU": max(largest["CPU"], cpus), "GPU": max(largest["GPU"], gpus)}
+                ref = task.options(num_cpus=cpus, num_gpus=gpus, name=f"onnx-reduce {entry.name}").remote(
+                    job, claim_text)
+                entries[ref] = entry
+                pending.append(ref)
+            self._note_unschedulable(ray, largest)
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
                 for ref in ready:
@@ -178,13 +184,18 @@ class RayBatch(Batch):
         return result["record"]
 
     def _cancel(self, ray, pending: list) -> None:
-        """Each running task's reduction gets SIGTERM and writes its report; a task that has not ended after
-        the grace has its worker killed (its reduction gets SIGTERM as its parent dies)."""
-        for ref in pending:
-            ray.cancel(ref, force=False)
-        _, left = ray.wait(pending, num_returns=len(pending), timeout=KILL_GRACE + CANCEL_MARGIN)
-        for ref in left:
-            ray.cancel(ref, force=True)
+        """Each running task's reduction gets SIGTERM and writes its report (RUN_DIR/.stop); a task not ended
+        after the grace, or still waiting for a node, is cancelled with force: its worker killed, and its
+        reduction with it (SIGTERM as its parent dies)."""
+        stop_file = self.run_dir / STOP_FILE
+        write_text(stop_file, "stopping\n")
+        try:
+            if pending:
+                _, left = ray.wait(pending, num_returns=len(pending), timeout=KILL_GRACE + CANCEL_MARGIN)
+                for ref in left:
+                    ray.cancel(ref, force=True)
+        finally:
+            stop_file.unlink(missing_ok=True)
 
     def _note_unschedulable(self, ray, largest: dict[str, int]) -> None:
         """A task asking for more than any node has waits, silently, until such a node joins: said once."""

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,27 @@ def test_a_killed_ray_worker_is_an_error_record_redone_on_resume(tmp_path, clust
     assert done.returncode == 1, done.stderr
     assert "1 of 2 models finished in an earlier run: not redone" in done.stderr
     assert outcomes(tmp_path / "out") == {"a_fast": "reduced", "b_slow": "reduced"}
+
+
+@needs_ray
+def test_a_model_asks_for_its_reduce_jobs_in_cpus_and_waits_for_them_until_cancelled(tmp_path, cluster):
+    """--reduce-jobs 3 on the 2-CPU cluster: Ray never starts the task (said once); SIGTERM cancels it queued."""
+    write_model(tmp_path / "corpus" / "failing.onnx", chain(["Relu", "Mul"], "failing"))
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "reducer", "batch", "corpus", "-o", "out", "--executor",
+                                    "ray", "--address", cluster, "--reduce-jobs", "3", *FP16_STORAGE],
+                                   cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=stderr,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    note = "no node of the Ray cluster has the 3 CPU one model asks for"
+    deadline = time.monotonic() + CLI_TIMEOUT
+    while note not in (tmp_path / "stderr.txt").read_text() and process.poll() is None:
+        assert time.monotonic() < deadline, (tmp_path / "stderr.txt").read_text()
+        time.sleep(0.1)
+    time.sleep(1)  # queued a while: never started
+    assert not (tmp_path / "out" / "models" / "failing").exists()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=CLI_TIMEOUT) == 143, (tmp_path / "stderr.txt").read_text()
+    assert outcomes(tmp_path / "out") == {"failing": "not-run"}
 
 
 # --- a cluster that does not share the files --------------------------------------------------------------
