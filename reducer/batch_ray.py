@@ -9,6 +9,7 @@ one-line error (exit 2) when it does not."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -85,8 +86,6 @@ def reduce_on_node(job: ModelJob, claim_text: str) -> dict:
 def connect(ray, address: str | None) -> bool:
     """Joins the cluster at `address` (else RAY_ADDRESS), or starts a fresh local Ray instance for this batch:
     address "local" never joins a cluster that `ray start` left running here. True when it started one."""
-    import os
-
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         _refuse_unreachable(address)
@@ -123,6 +122,8 @@ class RayBatch(Batch):
     cluster's free CPUs and GPUs allow (--jobs does not apply)."""
 
     def _execute(self, todo: list[Entry]) -> None:
+        if not todo:
+            return  # every model finished in an earlier run: no cluster needed
         ray = require_ray()
         started_here = connect(ray, self.options.address)
         try:

@@ -119,6 +119,7 @@ rtol = 0.01
     assert (tmp_path / "ray" / "junit.xml").read_text().count("<testcase") == 5
     again = batch(tmp_path, "corpus/nightly.toml", "-o", "ray", "--executor", "ray", "--address", cluster)
     assert "5 of 5 models finished in an earlier run: not redone" in again.stderr, again.stderr
+    assert "joined the Ray cluster" not in again.stderr  # nothing left to run: no cluster joined
 
 
 @needs_ray
