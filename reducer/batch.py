@@ -11,10 +11,12 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,8 @@ class BatchOptions:
     model_timeout: float | None = None
     gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES values, one per model in turn
     cache: Path | None = None  # results shared from night to night (reducer/batch_cache.py)
+    executor: str = "local"  # "local": threads of this process; "ray": Ray tasks (reducer/batch_ray.py)
+    address: str | None = None  # the Ray cluster's; None: RAY_ADDRESS, else a fresh local Ray instance
 
 
 def reduce_argv(entry: Entry, defaults: dict, out: Path) -> list[str]:
@@ -72,6 +76,8 @@ def plan_jobs(entries: list[Entry], options: BatchOptions) -> None:
     """Batch jobs x each reduction's jobs capped at what the machine has; GPU runners get one GPU per model."""
     from reducer.options import usable_jobs
 
+    if options.executor == "ray":
+        return  # the cluster's free CPUs and GPUs decide, node by node, not this machine's
     gpu = False
     for entry in entries:
         values = {**options.defaults, **entry.settings}
@@ -98,17 +104,159 @@ def uses_gpu(runner: str | None) -> bool:
         return False
 
 
+@dataclass
+class ModelJob:
+    """One model's reduction, as the executor hands it to whichever process runs it (a thread of the batch, or
+    a Ray task on another node): plain data, every path absolute."""
+
+    entry: Entry
+    run_dir: Path
+    argv: list[str]
+    timeout: float | None
+    cache: Path | None = None
+    versions: dict | None = None  # the runtimes' versions for the cache key; None: those where it runs
+    env: dict[str, str] = field(default_factory=dict)  # over the environment it runs in (a GPU slot)
+    uses_gpu: bool = False
+
+
+class ReductionWatch:
+    """The reductions one process has running, so that a stop ends them: SIGTERM to each process group (each
+    writes its report), SIGKILL after KILL_GRACE."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def launch(self, argv: list[str], **popen) -> subprocess.Popen | None:
+        """The reduction started, unless a stop came first (then None)."""
+        with self.lock:
+            if self.stopping:
+                return None
+            process = subprocess.Popen(argv, **popen)
+            self.running.add(process)
+            return process
+
+    def finished(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.running.discard(process)
+
+    def stop_all(self) -> None:
+        with self.lock:
+            self.stopping = True
+            running = list(self.running)
+        for process in running:
+            _signal_group(process, signal.SIGTERM)  # each reduction writes its report, then ends
+        deadline = time.monotonic() + KILL_GRACE
+        for process in running:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _end_group(process)
+
+
+def run_model(job: ModelJob, watch: ReductionWatch, stop_requested: Callable[[], bool] | None = None) -> dict | None:
+    """One model reduced in its own `onnx-reduce reduce` process (killed with its process group after the
+    timeout), its log and records/NAME.json written: the work of both executors, wherever it runs. None when
+    a stop came first (the model is redone by the next run). `stop_requested`, asked every half second: the
+    batch is stopping (a Ray task cannot be told so through `watch`, which lives in its own process)."""
+    entry = job.entry
+    out = job.run_dir / "models" / entry.name
+    log_path = job.run_dir / "logs" / f"{entry.name}.log"
+    _own_folder(out)
+    (job.run_dir / "records" / f"{entry.name}.json").unlink(missing_ok=True)
+    key = None
+    if job.cache:
+        versions = job.versions if job.versions is not None else batch_cache.runtime_versions()
+        key = batch_cache.result_key(entry.path, job.argv[:2] + job.argv[4:], versions)
+    if key is not None:
+        cached = _from_cache(job, key, out)
+        if cached is not None:
+            return cached
+    env = {**os.environ, **job.env}
+    started = time.monotonic()
+    timed_out = False
+    with open(_new_file(log_path), "w") as log:
+        process = watch.launch([sys.executable, "-m", "reducer", *job.argv], cwd=out, env=env, stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=_die_with_parent)
+        if process is None:
+            return None
+        try:
+            code = _wait(process, job.timeout, stop_requested)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _end_group(process)
+            code = process.returncode
+        except StopRequested:  # the reduction gets SIGTERM and writes its report, as with a local Ctrl-C
+            watch.stop_all()
+            return None
+        except BaseException:  # interrupted from outside (a Ray worker's KeyboardInterrupt): the reduction too
+            watch.stop_all()
+            raise
+        finally:
+            watch.finished(process)
+    if watch.stopping:
+        return None  # interrupted: redone by the next run
+    seconds = time.monotonic() - started
+    record = model_record(entry, out, code, seconds, timed_out, job.timeout, log_path)
+    # a reduction killed from outside (the OOM killer, a user) says nothing of the model: redone on resume
+    complete = timed_out or (code >= 0 and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED))
+    record.update(version=RECORD_VERSION, argv=job.argv, complete=complete, host=socket.gethostname(),
+                  gpu=env.get("CUDA_VISIBLE_DEVICES") if job.uses_gpu else None)
+    _write_json(job.run_dir / "records" / f"{entry.name}.json", record)
+    if key is not None and complete and record["outcome"] not in ("error", "timeout"):
+        batch_cache.store(job.cache, key, out, record)
+    return record
+
+
+class StopRequested(Exception):
+    """The batch is stopping: seen by a reduction's waiting thread."""
+
+
+def _wait(process: subprocess.Popen, timeout: float | None, stop_requested: Callable[[], bool] | None) -> int:
+    """process.wait in short steps, so that a stop (or an interrupt raised in this thread from outside) is seen
+    within a step, not after the whole timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if stop_requested is not None and stop_requested():
+            raise StopRequested
+        step = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+        try:
+            return process.wait(timeout=max(0.0, step))
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+
+
+def _from_cache(job: ModelJob, key: str, out: Path) -> dict | None:
+    """A night's result for an unchanged model under unchanged runtimes: no check at all tonight."""
+    entry = job.entry
+    started = time.monotonic()
+    cached = batch_cache.restore(job.cache, key, out)
+    if cached is None:
+        return None
+    record = {**cached, "name": entry.name, "path": entry.shown, "output": f"models/{entry.name}",
+              "expect": entry.expect, "known_bug": entry.bug, "cached": key, "checks": 0,
+              "checks_then": cached.get("checks", 0), "seconds": round(time.monotonic() - started, 3),
+              "version": RECORD_VERSION, "argv": job.argv, "complete": True}
+    if cached.get("bundle"):
+        record["bundle"] = f"models/{entry.name}/bundle.zip"
+    _write_json(job.run_dir / "records" / f"{entry.name}.json", record)
+    return record
+
+
 class Batch:
-    """Runs the models not finished yet, `jobs` at a time; Ctrl-C or SIGTERM kills the running ones."""
+    """Runs the models not finished yet, `jobs` at a time in threads of this process; Ctrl-C or SIGTERM kills
+    the running ones. Subclasses run the same ModelJobs elsewhere (reducer/batch_ray.py)."""
 
     def __init__(self, entries: list[Entry], run_dir: Path, options: BatchOptions, progress):
         self.entries, self.run_dir, self.options, self.progress = entries, run_dir, options, progress
         self.records: dict[str, dict] = {}
-        self._running: set[subprocess.Popen] = set()
+        self._watch = ReductionWatch()
         self._lock = threading.Lock()
-        self._stopping = False
         self._slots = list(range(max(1, options.jobs)))  # which GPU a model gets: its slot's
-        self._versions = batch_cache.runtime_versions() if options.cache else {}
+        self._versions = batch_cache.runtime_versions() if options.cache else None
 
     def run(self) -> dict[str, dict]:
         for folder in ("models", "records", "logs"):
@@ -121,22 +269,36 @@ class Batch:
             else:
                 todo.append(entry)
         self.progress.start(len(self.entries), len(self.entries) - len(todo))
+        try:
+            self._execute(todo)
+        except BaseException:
+            # a model that finished while the batch stopped has its complete record on disk: it counts now, as
+            # it will on resume (a Ray task's result can be on disk before the driver hears of it)
+            for entry in todo:
+                record = None if entry.name in self.records else self._finished(entry)
+                if record:
+                    self.records[entry.name] = record
+            raise
+        return self.records
+
+    def _done(self, record: dict | None) -> None:
+        if record:
+            self.records[record["name"]] = record
+            self.progress.done(record)
+
+    def _execute(self, todo: list[Entry]) -> None:
         pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs), thread_name_prefix="batch")
         try:
             pending = {pool.submit(self._run_one, entry) for entry in todo}
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in done:
-                    record = future.result()
-                    if record:
-                        self.records[record["name"]] = record
-                        self.progress.done(record)
+                    self._done(future.result())
         except BaseException:
-            self._stop_all()
+            self._watch.stop_all()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
-        return self.records
 
     def _finished(self, entry: Entry) -> dict | None:
         """The model's record from an earlier run of the same command, when it finished."""
@@ -152,99 +314,34 @@ class Batch:
     def _argv(self, entry: Entry) -> list[str]:
         return reduce_argv(entry, self.options.defaults, self.run_dir.absolute() / "models" / entry.name)
 
+    def _uses_gpu(self, entry: Entry) -> bool:
+        values = {**self.options.defaults, **entry.settings}
+        return not values.get("check") and uses_gpu(values.get("runner"))
+
+    def _job(self, entry: Entry, env: dict[str, str] | None = None) -> ModelJob:
+        return ModelJob(entry, self.run_dir.absolute(), self._argv(entry), self.options.model_timeout,
+                        self.options.cache, self._versions, env or {}, self._uses_gpu(entry))
+
     def _run_one(self, entry: Entry) -> dict | None:
         with self._lock:
-            if self._stopping:
+            if self._watch.stopping:
                 return None
             slot = self._slots.pop(0)
         try:
-            return self._reduce(entry, slot)
+            env = {}
+            if self.options.gpus and self._uses_gpu(entry):
+                env["CUDA_VISIBLE_DEVICES"] = self.options.gpus[slot % len(self.options.gpus)]
+            self.progress.begin(entry.name)
+            return run_model(self._job(entry, env), self._watch)
         finally:
             with self._lock:
                 self._slots.append(slot)
-
-    def _reduce(self, entry: Entry, slot: int) -> dict | None:
-        out = self.run_dir.absolute() / "models" / entry.name
-        _own_folder(out)
-        (self.run_dir / "records" / f"{entry.name}.json").unlink(missing_ok=True)
-        argv = self._argv(entry)
-        key = batch_cache.result_key(entry.path, argv[:2] + argv[4:], self._versions) if self.options.cache else None
-        if key is not None:
-            cached = self._from_cache(entry, key, out, argv)
-            if cached is not None:
-                return cached
-        env = dict(os.environ)
-        runner = {**self.options.defaults, **entry.settings}.get("runner")
-        if self.options.gpus and uses_gpu(runner):
-            env["CUDA_VISIBLE_DEVICES"] = self.options.gpus[slot % len(self.options.gpus)]
-        self.progress.begin(entry.name)
-        started = time.monotonic()
-        timed_out = False
-        with open(_new_file(self.run_dir / "logs" / f"{entry.name}.log"), "w") as log:
-            with self._lock:
-                if self._stopping:
-                    return None
-                process = subprocess.Popen([sys.executable, "-m", "reducer", *argv], cwd=out, env=env, stdout=log,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           start_new_session=True, preexec_fn=_die_with_parent)
-                self._running.add(process)
-            try:
-                code = process.wait(timeout=self.options.model_timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _end_group(process)
-                code = process.returncode
-            finally:
-                with self._lock:
-                    self._running.discard(process)
-        if self._stopping:
-            return None  # interrupted: redone by the next run
-        seconds = time.monotonic() - started
-        record = model_record(entry, out, code, seconds, timed_out, self.options.model_timeout,
-                              self.run_dir / "logs" / f"{entry.name}.log")
-        # a reduction killed from outside (the OOM killer, a user) says nothing of the model: redone on resume
-        complete = timed_out or (code >= 0 and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED))
-        record.update(version=RECORD_VERSION, argv=argv, complete=complete, gpu=env.get("CUDA_VISIBLE_DEVICES"))
-        _write_json(self.run_dir / "records" / f"{entry.name}.json", record)
-        if key is not None and complete and record["outcome"] not in ("error", "timeout"):
-            batch_cache.store(self.options.cache, key, out, record)
-        return record
-
-    def _from_cache(self, entry: Entry, key: str, out: Path, argv: list[str]) -> dict | None:
-        """A night's result for an unchanged model under unchanged runtimes: no check at all tonight."""
-        started = time.monotonic()
-        cached = batch_cache.restore(self.options.cache, key, out)
-        if cached is None:
-            return None
-        record = {**cached, "name": entry.name, "path": entry.shown, "output": f"models/{entry.name}",
-                  "expect": entry.expect, "known_bug": entry.bug, "cached": key, "checks": 0,
-                  "checks_then": cached.get("checks", 0), "seconds": round(time.monotonic() - started, 3),
-                  "version": RECORD_VERSION, "argv": argv, "complete": True}
-        if cached.get("bundle"):
-            record["bundle"] = f"models/{entry.name}/bundle.zip"
-        _write_json(self.run_dir / "records" / f"{entry.name}.json", record)
-        return record
-
-    def _stop_all(self) -> None:
-        with self._lock:
-            self._stopping = True
-            running = list(self._running)
-        for process in running:
-            _signal_group(process, signal.SIGTERM)  # each reduction writes its report, then ends
-        deadline = time.monotonic() + KILL_GRACE
-        for process in running:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _end_group(process)
 
 
 def model_record(entry: Entry, out: Path, code: int, seconds: float, timed_out: bool, timeout: float | None,
                  log: Path) -> dict:
     """What became of one model, from its reduction's exit code and report.json."""
-    record = {"name": entry.name, "path": entry.shown, "output": f"models/{entry.name}", "expect": entry.expect,
-              "known_bug": entry.bug, "exit_code": code, "seconds": round(seconds, 3), "nodes_before": None,
-              "nodes_after": None, "checks": 0, "bug": None}
+    record = base_record(entry, code, seconds)
     if timed_out:
         return {**record, "outcome": "timeout", "reason": f"no result after {timeout:g} s: killed"}
     report = _read_report(out) if code in (EXIT_REDUCED, EXIT_NOT_FAILING, EXIT_NOT_REPRODUCED) else None
@@ -265,6 +362,13 @@ def model_record(entry: Entry, out: Path, code: int, seconds: float, timed_out: 
     if (out / "bundle.zip").is_file():
         record["bundle"] = f"models/{entry.name}/bundle.zip"
     return record
+
+
+def base_record(entry: Entry, code: int | None, seconds: float) -> dict:
+    """A model's record before its reduction's report is read."""
+    return {"name": entry.name, "path": entry.shown, "output": f"models/{entry.name}", "expect": entry.expect,
+            "known_bug": entry.bug, "exit_code": code, "seconds": round(seconds, 3), "nodes_before": None,
+            "nodes_after": None, "checks": 0, "bug": None}
 
 
 def _repro_signature(out: Path, report: dict) -> dict:
@@ -465,7 +569,12 @@ def run_batch(corpus: Path, run_dir: Path, options: BatchOptions, baseline: Path
     started = time.time()
     progress = BatchProgress()
     try:
-        batch = Batch(entries, run_dir, options, progress)
+        if options.executor == "ray":
+            from reducer.batch_ray import RayBatch
+
+            batch = RayBatch(entries, run_dir, options, progress)
+        else:
+            batch = Batch(entries, run_dir, options, progress)
         commands = [c for c in [options.defaults.get("check"), *(e.settings.get("check") for e in entries)] if c]
         try:
             records = batch.run()

@@ -340,8 +340,15 @@ def bundle_verify(ctx, bundle_path: Path, trust_command: bool) -> None:
 @click.option("--cache", "cache", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="Results shared from night to night: a model whose bytes, inputs, check script, options and "
               "runtime versions are unchanged since a night that finished it gets that result, with no check.")
+@click.option("--executor", "executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: --jobs reductions side by side on this machine. ray: each model a Ray task (one GPU for a "
+              "GPU runner, --reduce-jobs CPUs otherwise) on the cluster at --address or RAY_ADDRESS, else on a "
+              "fresh local Ray instance; the corpus, RUN_DIR and --cache on a filesystem every node shares.")
+@click.option("--address", "address", default=None, metavar="ADDR",
+              help="The Ray cluster to run on (with --executor ray), e.g. head-node:6379.")
 @click.pass_context
-def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, cache, **kwargs) -> None:
+def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, cache, executor, address,
+          **kwargs) -> None:
     from reducer.batch import BatchOptions, run_batch
     from reducer.batch_corpus import absolute_if_there
 
@@ -354,12 +361,19 @@ def batch(ctx, corpus, output, jobs, reduce_jobs, model_timeout, baseline, cache
             raise UsageError(f"{flag} must be at least 1")
     if not 0 < model_timeout < 1e9:
         raise UsageError(f"--model-timeout must be a positive number of seconds, got {model_timeout:g}")
+    if address is not None and executor != "ray":
+        raise UsageError("--address goes with --executor ray")
+    if executor == "ray":
+        from reducer.batch_ray import require_ray
+
+        require_ray()  # before any model runs
     if baseline is not None and not baseline.is_dir():
         raise UsageError(f"--baseline {baseline}: no such directory")
     if kwargs["inputs"]:
         kwargs["inputs"] = os.path.abspath(kwargs["inputs"])
     defaults = {**kwargs, "input_shapes": list(kwargs["input_shapes"]), "jobs": reduce_jobs, "check": check_command}
-    options = BatchOptions(defaults, jobs, model_timeout, cache=cache.absolute() if cache else None)
+    options = BatchOptions(defaults, jobs, model_timeout, cache=cache.absolute() if cache else None,
+                           executor=executor, address=address)
     ctx.exit(run_batch(corpus, _output_dir(output), options, baseline))
 
 
