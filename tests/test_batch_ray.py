@@ -69,8 +69,10 @@ def _start(cwd: Path, *args: str) -> subprocess.Popen:
 
 
 def _comparable(run_dir: Path) -> dict:
-    """summary.json less what differs from run to run on one machine (timings)."""
-    return without_timings(summary(run_dir))
+    """summary.json less what differs from run to run on one machine (timings, and how the run was started)."""
+    data = without_timings(summary(run_dir))
+    data.pop("run", None)
+    return data
 
 
 # --- the same results as the local executor ----------------------------------------------------------------
