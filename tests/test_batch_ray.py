@@ -257,3 +257,45 @@ def test_an_address_where_no_cluster_answers_is_one_line_at_once(tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("onnx-reduce: error:")]
     assert done.returncode == 2 and len(errors) == 1, done.stderr
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in errors[0] and "Traceback" not in done.stderr
+
+
+# --- on a GPU: one GPU per model, through Ray's num_gpus=1 ------------------------------------------------
+@needs_ray
+@pytest.mark.gpu
+def test_gpu_models_each_get_a_gpu_from_ray_and_the_same_results_as_local(tmp_path, cluster):
+    """Runner onnxruntime:cuda:fp16: each model's task asks Ray for one GPU, which Ray names in the task's
+    CUDA_VISIBLE_DEVICES; the reduction runs on it (recorded per model) and ends as with local threads."""
+    from oracles import make_runner
+
+    why = make_runner("onnxruntime:cuda:fp16").unavailable_reason()
+    if why:
+        pytest.skip(f"onnxruntime:cuda:fp16 cannot run here: {why}")
+    if not ray.cluster_resources().get("GPU"):
+        pytest.skip("the module's Ray cluster sees no GPU")
+    corpus = tmp_path / "corpus"
+    write_model(corpus / "overflow.onnx", chain(["Relu", "Mul", "Relu"], "overflow", scale=2e5))
+    shutil.copy(REPO / "corpus" / "models" / "silero_vad_16k_op15.onnx", corpus / "silero.onnx")
+    shutil.copy(REPO / "corpus" / "inputs" / "silero_vad_int16pcm.npz", corpus / "silero.npz")
+    (corpus / "gpu.toml").write_text("""
+[defaults]
+runner = "onnxruntime:cuda:fp16"
+fail_on = "nan"
+
+[[model]]
+path = "overflow.onnx"
+
+[[model]]
+path = "silero.onnx"
+inputs = "silero.npz"
+fail_on = "tolerance"
+atol = 0.01
+rtol = 0.01
+""")
+    local = batch(tmp_path, "corpus/gpu.toml", "-o", "local")
+    on_ray = batch(tmp_path, "corpus/gpu.toml", "-o", "ray", "--executor", "ray", "--address", cluster)
+    assert on_ray.returncode == local.returncode, (local.stderr[-2000:], on_ray.stderr[-2000:])
+    assert outcomes(tmp_path / "ray") == outcomes(tmp_path / "local")
+    assert "reduced" in outcomes(tmp_path / "ray").values(), outcomes(tmp_path / "ray")
+    assert _comparable(tmp_path / "ray") == _comparable(tmp_path / "local")
+    for record in summary(tmp_path / "ray")["models"]:
+        assert record.get("gpu") not in (None, ""), record  # Ray's GPU for the task, as CUDA_VISIBLE_DEVICES
