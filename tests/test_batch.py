@@ -67,6 +67,13 @@ def batch(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_cli(cwd, "batch", *args)
 
 
+def copy_silero(corpus: Path, model: str = "silero.onnx") -> None:
+    """The corpus's Silero VAD into a test corpus, with its int16 audio as `silero.npz`."""
+    (corpus / model).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "corpus" / "models" / "silero_vad_16k_op15.onnx", corpus / model)
+    shutil.copy(REPO / "corpus" / "inputs" / "silero_vad_int16pcm.npz", corpus / "silero.npz")
+
+
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -257,8 +264,7 @@ def test_a_manifest_gives_per_model_settings_and_tracks_a_known_bug(tmp_path):
     write_model(corpus / "models" / "known.onnx", chain(["Relu", "Mul"], "known"))
     write_model(corpus / "models" / "same.onnx", chain(["Mul", "Relu", "Relu"], "same"))
     write_model(corpus / "models" / "fp32.onnx", chain(["Relu", "Mul"], "fp32"))
-    shutil.copy(REPO / "corpus" / "models" / "silero_vad_16k_op15.onnx", corpus / "models" / "silero.onnx")
-    shutil.copy(REPO / "corpus" / "inputs" / "silero_vad_int16pcm.npz", corpus / "silero.npz")
+    copy_silero(corpus, "models/silero.onnx")
     (corpus / "nightly.toml").write_text("""
 [defaults]
 runner = "onnxruntime:cpu:fp16-storage"

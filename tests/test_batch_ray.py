@@ -18,12 +18,12 @@ import pytest
 from test_bad_input import CLI_TIMEOUT, assert_bad_input, write_model
 from test_batch import (
     FP16_STORAGE,
-    REPO,
     _command_corpus,
     _no_reductions_left,
     _reductions_running,
     _wait_for,
     chain,
+    copy_silero,
     outcomes,
     summary,
     without_timings,
@@ -85,8 +85,7 @@ def test_ray_tasks_give_the_same_results_as_the_local_executor(tmp_path, cluster
     write_model(corpus / "second.onnx", chain(["Mul", "Relu"], "second", scale=2e5))
     write_model(corpus / "fine.onnx", chain(["Relu", "Relu"], "fine"))
     (corpus / "broken.onnx").write_text("not a protobuf\n")
-    shutil.copy(REPO / "corpus" / "models" / "silero_vad_16k_op15.onnx", corpus / "silero.onnx")
-    shutil.copy(REPO / "corpus" / "inputs" / "silero_vad_int16pcm.npz", corpus / "silero.npz")
+    copy_silero(corpus)
     (corpus / "nightly.toml").write_text("""
 [defaults]
 runner = "onnxruntime:cpu:fp16-storage"
@@ -274,8 +273,7 @@ def test_gpu_models_each_get_a_gpu_from_ray_and_the_same_results_as_local(tmp_pa
         pytest.skip("the module's Ray cluster sees no GPU")
     corpus = tmp_path / "corpus"
     write_model(corpus / "overflow.onnx", chain(["Relu", "Mul", "Relu"], "overflow", scale=2e5))
-    shutil.copy(REPO / "corpus" / "models" / "silero_vad_16k_op15.onnx", corpus / "silero.onnx")
-    shutil.copy(REPO / "corpus" / "inputs" / "silero_vad_int16pcm.npz", corpus / "silero.npz")
+    copy_silero(corpus)
     (corpus / "gpu.toml").write_text("""
 [defaults]
 runner = "onnxruntime:cuda:fp16"

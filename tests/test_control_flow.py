@@ -64,16 +64,22 @@ def if_model(overflow_in_then: bool = True) -> onnx.ModelProto:
     return _model([*before, *positive, branch, *after], [_value("x")], [_value("y")], constants)
 
 
+def _loop_body(nodes: list[onnx.NodeProto], scanned: tuple[str, ...] = ()) -> onnx.GraphProto:
+    """A Loop body: the iteration number, the condition (passed on by an Identity) and one carried value
+    v_in -> v_out, plus scan outputs."""
+    keep_going = helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going")
+    return helper.make_graph(
+        [keep_going, *nodes], "body",
+        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out"),
+         *(_value(name) for name in scanned)])
+
+
 def loop_model(trips: int = 3) -> onnx.ModelProto:
     """Relu chain -> Loop (M = trips) whose body multiplies the carried value by an outer 1e5 -> Relu chain."""
     before, a = _chain("pre", "x", 3)
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
-         helper.make_node("Mul", ["v_in", "big"], ["v_out"], name="body_scale")],
-        "body",
-        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out")])
+    body = _loop_body([helper.make_node("Mul", ["v_in", "big"], ["v_out"], name="body_scale")])
     loop = helper.make_node("Loop", ["trips", "go", a], ["looped"], name="repeat", body=body)
     after, last = _chain("post", "looped", 3)
     after.append(helper.make_node("Identity", [last], ["y"], name="out"))
@@ -88,16 +94,10 @@ def loop_body_model(trips: int = 3) -> onnx.ModelProto:
     culprit) and adds it to the carried value, among harmless nodes: its condition passed on, an Abs, and a
     Neg giving a scan output -> Relu chain."""
     before, a = _chain("pre", "x", 3)
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
-         helper.make_node("Abs", ["v_in"], ["b_abs"], name="body_abs"),
-         helper.make_node("Neg", ["b_abs"], ["b_neg"], name="body_neg"),
-         helper.make_node("Mul", [a, "big"], ["b_big"], name="body_scale"),
-         helper.make_node("Add", ["b_abs", "b_big"], ["v_out"], name="body_add")],
-        "body",
-        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out"), _value("b_neg")])
+    body = _loop_body([helper.make_node("Abs", ["v_in"], ["b_abs"], name="body_abs"),
+                       helper.make_node("Neg", ["b_abs"], ["b_neg"], name="body_neg"),
+                       helper.make_node("Mul", [a, "big"], ["b_big"], name="body_scale"),
+                       helper.make_node("Add", ["b_abs", "b_big"], ["v_out"], name="body_add")], scanned=("b_neg",))
     loop = helper.make_node("Loop", ["trips", "go", a], ["looped", "scanned"], name="repeat", body=body)
     after, last = _chain("post", "looped", 3)
     after.append(helper.make_node("Identity", [last], ["y"], name="out"))
@@ -144,15 +144,10 @@ def nested_model() -> onnx.ModelProto:
     other = helper.make_graph(
         [helper.make_node("Neg", [a], ["e_neg"], name="else_neg"),
          helper.make_node("Abs", ["e_neg"], ["e_out"], name="else_abs")], "else", [], [_value("e_out")])
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
-         helper.make_node("Abs", ["v_in"], ["b_abs"], name="body_abs"),
-         helper.make_node("If", ["cond"], ["b_if"], name="inner_if", then_branch=then, else_branch=other),
-         helper.make_node("Add", ["b_abs", "b_if"], ["v_out"], name="body_add")],
-        "body",
-        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _value("v_in")],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _value("v_out")])
+    body = _loop_body([
+        helper.make_node("Abs", ["v_in"], ["b_abs"], name="body_abs"),
+        helper.make_node("If", ["cond"], ["b_if"], name="inner_if", then_branch=then, else_branch=other),
+        helper.make_node("Add", ["b_abs", "b_if"], ["v_out"], name="body_add")])
     loop = helper.make_node("Loop", ["trips", "go", a], ["looped"], name="repeat", body=body)
     after, last = _chain("post", "looped", 3)
     after.append(helper.make_node("Identity", [last], ["y"], name="out"))
