@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 from importlib import metadata
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def store(cache: Path, key: str, out: Path, record: dict) -> None:
     if entry.exists():
         return
     cache.mkdir(parents=True, exist_ok=True)
-    staging = cache / f".{key}.{os.getpid()}.tmp"
+    # named by host and process: on a shared cache, two nodes' workers may hold the same process id
+    staging = cache / f".{key}.{socket.gethostname()}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(out, staging / "out", ignore=shutil.ignore_patterns(*NOT_KEPT), symlinks=False)
     (staging / "record.json").write_text(json.dumps(record, indent=2) + "\n")
