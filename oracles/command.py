@@ -24,6 +24,7 @@ from oracles.base import (
     python_exception,
     signal_name,
 )
+from reducer import interrupts
 from reducer.candidate import save_model
 from reducer.errors import UsageError
 
@@ -134,27 +135,33 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int
     start = time.perf_counter()
     log_path = cwd / "check.log"
     with open(log_path, "wb") as log:
+        process, cancelled, expired, timer = None, threading.Event(), threading.Event(), None
         try:
-            process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
-        cancelled = running[process] = threading.Event()  # at once: close() may come before the timer starts
-        # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
-        expired = threading.Event()
-        timer = threading.Timer(timeout, _kill_group, (process, expired))
-        timer.start()
-        try:
+            # an interrupt between the spawn and the wait would leave the check running, orphaned: held back
+            # until it is registered (raised then, and the check's group killed below)
+            with interrupts.deferred():
+                try:
+                    process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True)
+                except OSError as exc:
+                    raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
+                running[process] = cancelled  # at once: close() may come before the timer starts
+                # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
+                timer = threading.Timer(timeout, _kill_group, (process, expired))
+                timer.start()
             # waited for, not reaped: its pid stays its group's, so the group can be killed once it ended
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         except BaseException:  # Ctrl-C: in its own session the check never saw it, so it goes with us
-            _kill_group(process, cancelled)
+            if process is not None:
+                _kill_group(process, cancelled)
             raise
         finally:
-            timer.cancel()
-            running.pop(process, None)
-            _kill_group(process)  # what it left running in the background (`cmd &`) ends with it
-            code = process.wait()
+            if timer is not None:
+                timer.cancel()
+            if process is not None:
+                running.pop(process, None)
+                _kill_group(process)  # what it left running in the background (`cmd &`) ends with it
+                code = process.wait()
         if cancelled.is_set():
             raise CheckCancelled(f"'{argv[0]}' was stopped: the reduction is closing")
         code = None if expired.is_set() else code
