@@ -34,6 +34,8 @@ from reducer.errors import (
 RECORD_VERSION = 1
 KILL_GRACE = 10.0  # seconds a reduction has to write its report after SIGTERM before it is killed
 FAILING = ("reduced", "not-reproduced", "expected-failure")
+REDUCED = ("reduced", "expected-failure")
+ERRORS = ("error", "timeout")
 # what the command line gives every model, as `reduce` options (manifest settings override the first ones)
 SETTING_FLAGS = {"inputs": "--inputs", "runner": "--runner", "fail_on": "--fail-on", "atol": "--atol", "rtol": "--rtol"}
 VALUE_FLAGS = {"seed": "--seed", "input_range": "--input-range", "check_timeout": "--check-timeout",
@@ -78,10 +80,7 @@ def plan_jobs(entries: list[Entry], options: BatchOptions) -> None:
 
     if options.executor == "ray":
         return  # the cluster's free CPUs and GPUs decide, node by node, not this machine's
-    gpu = False
-    for entry in entries:
-        values = {**options.defaults, **entry.settings}
-        gpu = gpu or (not values.get("check") and uses_gpu(values.get("runner")))
+    gpu = any(model_uses_gpu(entry, options.defaults) for entry in entries)
     if gpu:
         from oracles.gpu import visible_gpus
 
@@ -92,6 +91,20 @@ def plan_jobs(entries: list[Entry], options: BatchOptions) -> None:
         options.jobs = max(1, capped // each)
         print(f"onnx-reduce: note: --jobs {options.jobs} models at a time x --reduce-jobs {each}: {why}",
               file=sys.stderr)
+
+
+def model_uses_gpu(entry: Entry, defaults: dict) -> bool:
+    """Whether the model's reduction runs on a GPU: a GPU runner, and no --check command (whose device is its
+    own business)."""
+    values = {**defaults, **entry.settings}
+    return not values.get("check") and uses_gpu(values.get("runner"))
+
+
+def tally(outcomes) -> dict[str, int]:
+    """The counts the progress lines and summary.html show: failing, reduced (or expected), errors."""
+    outcomes = list(outcomes)
+    return {"failing": sum(o in FAILING for o in outcomes), "reduced": sum(o in REDUCED for o in outcomes),
+            "errors": sum(o in ERRORS for o in outcomes)}
 
 
 @functools.cache
@@ -205,7 +218,7 @@ def run_model(job: ModelJob, watch: ReductionWatch, stop_requested: Callable[[],
     record.update(version=RECORD_VERSION, argv=job.argv, complete=complete, host=socket.gethostname(),
                   gpu=env.get("CUDA_VISIBLE_DEVICES") if job.uses_gpu else None)
     _write_json(job.run_dir / "records" / f"{entry.name}.json", record)
-    if key is not None and complete and record["outcome"] not in ("error", "timeout"):
+    if key is not None and complete and record["outcome"] not in ERRORS:
         batch_cache.store(job.cache, key, out, record)
     return record
 
@@ -314,13 +327,9 @@ class Batch:
     def _argv(self, entry: Entry) -> list[str]:
         return reduce_argv(entry, self.options.defaults, self.run_dir.absolute() / "models" / entry.name)
 
-    def _uses_gpu(self, entry: Entry) -> bool:
-        values = {**self.options.defaults, **entry.settings}
-        return not values.get("check") and uses_gpu(values.get("runner"))
-
-    def _job(self, entry: Entry, env: dict[str, str] | None = None) -> ModelJob:
+    def _job(self, entry: Entry) -> ModelJob:
         return ModelJob(entry, self.run_dir.absolute(), self._argv(entry), self.options.model_timeout,
-                        self.options.cache, self._versions, env or {}, self._uses_gpu(entry))
+                        self.options.cache, self._versions, uses_gpu=model_uses_gpu(entry, self.options.defaults))
 
     def _run_one(self, entry: Entry) -> dict | None:
         with self._lock:
@@ -328,11 +337,11 @@ class Batch:
                 return None
             slot = self._slots.pop(0)
         try:
-            env = {}
-            if self.options.gpus and self._uses_gpu(entry):
-                env["CUDA_VISIBLE_DEVICES"] = self.options.gpus[slot % len(self.options.gpus)]
+            job = self._job(entry)
+            if self.options.gpus and job.uses_gpu:
+                job.env["CUDA_VISIBLE_DEVICES"] = self.options.gpus[slot % len(self.options.gpus)]
             self.progress.begin(entry.name)
-            return run_model(self._job(entry, env), self._watch)
+            return run_model(job, self._watch)
         finally:
             with self._lock:
                 self._slots.append(slot)
@@ -513,9 +522,8 @@ class BatchProgress:
             self.running.pop(record["name"], None)
         self.finished += 1
         outcome = record["outcome"]
-        self.counts["failing"] += outcome in FAILING
-        self.counts["reduced"] += outcome in ("reduced", "expected-failure")
-        self.counts["errors"] += outcome in ("error", "timeout")
+        for name, count in tally([outcome]).items():
+            self.counts[name] += count
         self.line(f"{self._counts_text()} | {record['name']}: {outcome}"
                   + (f" ({record['reason']})" if record.get("reason") else ""))
 

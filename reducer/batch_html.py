@@ -19,7 +19,7 @@ from pathlib import Path
 from string import Template
 from urllib.parse import quote
 
-from reducer.batch import FAILING
+from reducer.batch import tally
 
 # status of a bug (batch_report) -> badge label and colour class
 BUG_BADGES = {
@@ -127,13 +127,10 @@ def _script_hash(script: str) -> str:
 def counts_shown(summary: dict) -> dict[str, int]:
     """The header's counts, as the progress lines count them (failing: reduced, not reproduced or expected)."""
     models = summary.get("models") or []
-    outcomes = [m.get("outcome") for m in models]
     counts = summary.get("counts") or {}
     return {
         "models": len(models),
-        "failing": sum(o in FAILING for o in outcomes),
-        "reduced": sum(o in ("reduced", "expected-failure") for o in outcomes),
-        "errors": sum(o in ("error", "timeout") for o in outcomes),
+        **tally(m.get("outcome") for m in models),
         "distinct bugs": int(counts.get("bugs", 0)),
         "new": int(counts.get("new_bugs", 0)),
         "fixed": sum(b.get("status") == "fixed" for b in summary.get("bugs") or []),

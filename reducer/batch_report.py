@@ -13,7 +13,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from reducer.batch import FAILING, write_text
+from reducer.batch import ERRORS, FAILING, write_text
 from reducer.batch_corpus import Entry
 from reducer.errors import UsageError
 
@@ -203,7 +203,7 @@ def junit_xml(summary: dict) -> str:
     failure is skipped. The form Jenkins' junit-10.xsd (and GitLab, GitHub actions) read."""
     models = summary["models"]
     failures = sum(m["outcome"] in FAILING + ("flaky",) and m["outcome"] != "expected-failure" for m in models)
-    errors = sum(m["outcome"] in ("error", "timeout") for m in models)
+    errors = sum(m["outcome"] in ERRORS for m in models)
     skipped = sum(m["outcome"] in ("expected-failure", "not-run") for m in models)
     seconds = sum(m.get("seconds") or 0 for m in models)
     suites = ET.Element("testsuites", name="onnx-reduce batch", tests=str(len(models)), failures=str(failures),
@@ -215,7 +215,7 @@ def junit_xml(summary: dict) -> str:
         case = ET.SubElement(suite, "testcase", classname="onnx-reduce.batch", name=model["name"],
                              time=f"{model.get('seconds') or 0:.3f}")
         outcome, reason = model["outcome"], model.get("reason") or ""
-        if outcome in ("error", "timeout"):
+        if outcome in ERRORS:
             ET.SubElement(case, "error", type=outcome, message=reason).text = f"{model['path']}: {reason}"
         elif outcome in ("expected-failure", "not-run"):
             why = f"known failure {model.get('bug')}" if outcome == "expected-failure" else "not run (interrupted)"
