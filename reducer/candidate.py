@@ -14,7 +14,14 @@ import onnx
 from onnx import external_data_helper, numpy_helper
 
 from reducer.activations import ActivationStore
-from reducer.model import Model, all_tensors, mark_external_sources
+from reducer.model import (
+    Model,
+    _without_external_data,
+    all_tensors,
+    external_entries,
+    mark_external_sources,
+    set_external_entries,
+)
 
 # Integer tensors this small are shapes, axes and indices: a cut one is frozen to a constant instead of
 # becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
@@ -560,17 +567,14 @@ def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = Fals
     Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH."""
     path.parent.mkdir(parents=True, exist_ok=True)
     references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)]
-    saved = [[(entry.key, entry.value) for entry in tensor.external_data] for tensor in references]
+    saved = [external_entries(tensor) for tensor in references]
     try:
         return _save(proto, path, references, weights_in_place)
     finally:
         for tensor, entries in zip(references, saved, strict=True):
             tensor.ClearField("raw_data")
             tensor.data_location = onnx.TensorProto.EXTERNAL
-            del tensor.external_data[:]
-            for key, value in entries:
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, value
+            set_external_entries(tensor, entries)
 
 
 def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto],
@@ -585,11 +589,7 @@ def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto]
     folders = {info.basepath for info in infos}
     if weights_in_place and not inline and len(folders) == 1 and proto.ByteSize() <= TWO_GIB_MARGIN:
         for tensor in references:  # the original location, offset and length: read where they are
-            kept = [entry for entry in tensor.external_data if entry.key != "basepath"]
-            del tensor.external_data[:]
-            tensor.external_data.extend(kept)
-        from reducer.model import _without_external_data
-
+            set_external_entries(tensor, external_entries(tensor, but="basepath"))
         onnx.checker.check_model(_without_external_data(proto))  # the weights were checked with the model
         tmp.write_bytes(proto.SerializeToString())
         os.replace(tmp, path)
@@ -640,10 +640,7 @@ def _copy_ranges(tensors: list[onnx.TensorProto], infos: list, lengths: list[int
                 sink.write(bytes(offset))
                 start = sink.tell()
                 _copy_range(sources[source], info.offset or 0, length, sink)
-                del tensor.external_data[:]
-                for key, value in (("location", data.name), ("offset", start), ("length", length)):
-                    entry = tensor.external_data.add()
-                    entry.key, entry.value = key, str(value)
+                set_external_entries(tensor, [("location", data.name), ("offset", start), ("length", length)])
     finally:
         for handle in sources.values():
             handle.close()

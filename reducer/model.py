@@ -71,11 +71,21 @@ def mark_external_source(tensor: onnx.TensorProto, folder: Path) -> None:
     tensors come from the original model's folder, and the writer copies their bytes next to the candidate."""
     if not external_data_helper.uses_external_data(tensor):
         return
-    kept = [entry for entry in tensor.external_data if entry.key != "basepath"]
+    set_external_entries(tensor, [*external_entries(tensor, but="basepath"), ("basepath", str(Path(folder).resolve()))])
+
+
+def external_entries(tensor: onnx.TensorProto, but: str | None = None) -> list[tuple[str, str]]:
+    """An external tensor's keys and values (location, offset, length, basepath...), `but` one of them."""
+    return [(entry.key, entry.value) for entry in tensor.external_data if entry.key != but]
+
+
+def set_external_entries(tensor: onnx.TensorProto, entries: list[tuple[str, str]]) -> None:
+    """Point an external tensor elsewhere: its entries replaced (onnx's set_external_data wants the bytes
+    loaded, which these tensors never are)."""
     del tensor.external_data[:]
-    tensor.external_data.extend(kept)
-    entry = tensor.external_data.add()
-    entry.key, entry.value = "basepath", str(Path(folder).resolve())
+    for key, value in entries:
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, str(value)
 
 
 def mark_external_sources(proto: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
