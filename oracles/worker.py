@@ -17,6 +17,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 from oracles.base import LOG_TAIL_CHARS, RunResult, signal_name
+from reducer import interrupts
 from reducer.errors import EXIT_INTERNAL, ReducerError, RunnerUnavailableError
 
 TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -209,9 +210,12 @@ class Worker:
             target=_serve, args=(child, self.runner_spec, self.factory, log_path, self.env), daemon=True
         )
         # the child inherits the blocked signals: none reaches it before it has its own session. The spawn's
-        # resource tracker starts first: starting, it unblocks them in this thread.
+        # resource tracker starts first: starting, it unblocks them in this thread. A signal another thread
+        # takes is still raised here by Python: held back until the start is over (else the child, its
+        # preparation data never sent, dies printing an EOFError), then raised with the child's pid known,
+        # so that close() kills it.
         resource_tracker.ensure_running()
-        with _terminal_signals_blocked():
+        with interrupts.deferred(), _terminal_signals_blocked():
             self._process.start()
         child.close()
         self._conn = parent
