@@ -48,12 +48,42 @@ def _set_handlers() -> None:
     for number in STOPPING:
         if signal.getsignal(number) is not signal.SIG_IGN:
             signal.signal(number, _on_signal)
+    signal.signal(signal.SIGALRM, _on_retry)
 
 
 def _on_signal(number: int, frame) -> None:
     _received.append(number)
-    if not _deferring:
-        raise KeyboardInterrupt
+    _raise_unless_held(frame)
+
+
+def _on_retry(number: int, frame) -> None:
+    if _received and _deferring:  # deferred() raises only what came during it
+        signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+    elif _received:
+        _raise_unless_held(frame)
+
+
+def _raise_unless_held(frame) -> None:
+    """Held inside deferred() (raised at its end) and inside any import: a C extension whose initialisation calls
+    back into Python (onnx's pybind11 enums, protobuf) aborts or segfaults when a KeyboardInterrupt lands there, and
+    a pure-Python import's `except ImportError` can swallow it. An import is retried every 50 ms until it is over."""
+    if _deferring:
+        return
+    if _inside_import(frame):
+        signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+        return
+    raise KeyboardInterrupt
+
+
+RETRY_SECONDS = 0.05
+
+
+def _inside_import(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def received() -> int | None:

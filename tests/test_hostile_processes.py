@@ -188,6 +188,42 @@ def test_an_early_interrupt_is_an_interrupt(work, signal_number, after):
     _assert_interrupted(process, work / "out", code)
 
 
+def test_an_interrupt_inside_an_import_waits_for_the_import_to_end(tmp_path):
+    """A KeyboardInterrupt landing inside a C extension's initialisation (onnx's pybind11 enums) aborted or
+    segfaulted the driver: one in 100 early Ctrl-Cs. Inside any import the signal is held until the import is
+    over, then raised; outside one it is raised at once."""
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "deadline = time.monotonic() + 0.3\n"
+        "while time.monotonic() < deadline:\n"
+        "    pass\n"
+        "FINISHED = True\n")
+    program = (
+        "import sys, time\n"
+        "from reducer import interrupts\n"
+        "interrupts.install()\n"
+        "try:\n"
+        "    import slow_module\n"
+        "    time.sleep(5)\n"
+        "    print('not interrupted')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after the import:', sys.modules['slow_module'].FINISHED)\n"
+        "try:\n"
+        "    import os, signal\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted at once')\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT, env={**_env(), "PYTHONPATH": os.pathsep.join(
+                              [str(tmp_path), str(Path(__file__).resolve().parents[1])])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted after the import: True", "interrupted at once"], done.stdout
+    assert time.monotonic() - started < 4  # raised within its retry period, not after the sleeps
+
+
 # --- temporary folders --------------------------------------------------------------------------------------------
 def test_worker_folders_of_a_dead_run_are_removed_and_no_other(work):
     tmp = work / "tmp"
