@@ -318,6 +318,8 @@ def _taken_body(model: Model, index: int) -> str | None:
     names and ops, in order; outputs renamed)."""
     node = model.nodes[index]
     branch = model.inlined.get(index, ())
+    if node.op_type != "If":  # an unrolled Loop: its body ran once per iteration
+        return None
     for name in ("then_branch", "else_branch"):
         inner = body_of(node, name).node
         if len(inner) <= len(branch) and all(

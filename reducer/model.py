@@ -136,8 +136,8 @@ class Model:
     graph_outputs: list[str]
     fingerprint: str
     value_types: dict[str, onnx.TypeProto] = field(default_factory=dict)
-    # Control flow inlined after the reference run (see inline_taken_branches): an If's index -> the indices
-    # of its taken branch's nodes, which sit just before it in the order and write the If's outputs too.
+    # Control flow inlined after the reference run (see inline_taken_branches): an If's (Loop's) index -> the
+    # indices of its taken branch's (unrolled body's) nodes, which sit just before it and write its outputs too.
     inlined: dict[int, tuple[int, ...]] = field(default_factory=dict)
     top_level: frozenset[int] | None = None  # the original graph's nodes (None: all of them)
 
@@ -155,7 +155,7 @@ class Model:
 
     @cached_property
     def flat(self) -> frozenset[int]:
-        """The whole model with every inlined If replaced by its taken branch: the same values, no If."""
+        """The whole model with every inlined If (Loop) replaced by its inlined nodes: the same values."""
         kept: set[int] = set()
         pending = list(self.original_nodes)
         while pending:
@@ -188,11 +188,11 @@ class Model:
 
     @cached_property
     def inlined_into(self) -> dict[int, int]:
-        """An inlined node -> the If whose branch it comes from."""
+        """An inlined node -> the If (Loop) it comes from."""
         return {node: parent for parent, branch in self.inlined.items() for node in branch}
 
     def conflicting(self, nodes) -> bool:
-        """Whether `nodes` hold an If together with a node of its inlined branch (both write its outputs)."""
+        """Whether `nodes` hold an If (Loop) together with one of its inlined nodes (both write its outputs)."""
         for index in nodes:
             parent = self.inlined_into.get(index)
             while parent is not None:
@@ -461,6 +461,135 @@ def branch_nodes(node: onnx.NodeProto, taken: bool, used: set[str]) -> tuple[lis
     return nodes, initializers
 
 
+MAX_UNROLLED_NODES = 1000  # iterations x body nodes: a longer Loop stays a Loop (cut by LoopTrips)
+
+
+def unrolled_nodes(node: onnx.NodeProto, iterations: int, used: set[str], opset: int
+                   ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """A Loop's body, `iterations` times, as ordinary nodes of the enclosing graph: each iteration's names
+    made unique against `used` (which grows), its iteration number a constant, its condition and carried
+    values the previous iteration's; the carried values' last value and the scan outputs, stacked on a new
+    first axis, written to the Loop's outputs. Outer-scope reads stay plain reads of the outer tensors."""
+    body = next(a.g for a in node.attribute if a.name == "body")
+    label = node.name or "loop"
+    carried = len(node.input) - 2
+    nodes: list[onnx.NodeProto] = []
+    initializers: list[onnx.TensorProto] = []
+
+    def fresh(name: str) -> str:
+        unique, number = name, 1
+        while unique in used:
+            unique, number = f"{name}{number}", number + 1
+        used.add(unique)
+        return unique
+
+    def constant(name: str, value: np.ndarray) -> str:
+        initializers.append(numpy_helper.from_array(value, fresh(name)))
+        return initializers[-1].name
+
+    condition = node.input[1] if len(node.input) > 1 and node.input[1] else constant(f"{label}__go", np.array(True))
+    state = [condition, *node.input[2:]]
+    scans: list[list[str]] = [[] for _ in body.output[1 + carried:]]
+    defined = [o for inner in body.node for o in inner.output if o] + [t.name for t in body.initializer]
+    for k in range(iterations):
+        rename = {body.input[0].name: constant(f"{label}__iteration{k}", np.array(k, np.int64))}
+        rename.update(zip((i.name for i in body.input[1:]), state, strict=True))
+        rename.update((name, fresh(f"{name}__{label}_{k}")) for name in defined)
+        for inner in body.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(inner)
+            _rename_in_node(copy, rename)
+            _suffix_names(copy, f"__{label}_{k}")
+            nodes.append(copy)
+        for tensor in body.initializer:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(tensor)
+            copy.name = rename[tensor.name]
+            initializers.append(copy)
+        results = [rename.get(o.name, o.name) for o in body.output]
+        state = results[:1 + carried]
+        for pieces, name in zip(scans, results[1 + carried:], strict=True):
+            pieces.append(name)
+    for position, outer in enumerate(node.output[:carried]):
+        if outer:
+            nodes.append(onnx.helper.make_node("Identity", [state[1 + position]], [outer], name=f"{label}/{outer}"))
+    axes = constant(f"{label}__axes", np.array([0], np.int64)) if opset >= 13 and scans else None
+    for pieces, outer in zip(scans, node.output[carried:], strict=False):
+        if not outer:
+            continue
+        stacked = []
+        for k, piece in enumerate(pieces):
+            target = outer if len(pieces) == 1 else fresh(f"{outer}__{label}_{k}")
+            inputs, attributes = ([piece, axes], {}) if axes else ([piece], {"axes": [0]})
+            nodes.append(onnx.helper.make_node("Unsqueeze", inputs, [target], name=f"{label}/{target}", **attributes))
+            stacked.append(target)
+        if len(pieces) > 1:
+            nodes.append(onnx.helper.make_node("Concat", stacked, [outer], name=f"{label}/{outer}", axis=0))
+    return nodes, initializers
+
+
+def _suffix_names(node: onnx.NodeProto, suffix: str) -> None:
+    """A node's name, and those of the nodes in its bodies, made an iteration's own (ONNX Runtime refuses two
+    nodes of one name, even in two bodies)."""
+    node.name = f"{node.name or node.op_type}{suffix}"
+    for body in subgraphs(node):
+        for inner in body.node:
+            _suffix_names(inner, suffix)
+
+
+def loops_known(model: Model, store) -> dict[int, int]:
+    """Loops of the flat model not unrolled yet whose iteration count in the reference is known exactly and
+    small enough to unroll: the length of a scan output, or the trip count where the condition stays true."""
+    known = {}
+    for index in sorted(model.flat):
+        node = model.nodes[index]
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or index in model.inlined:
+            continue
+        count = _iterations(node, store, model)
+        body_nodes = body_node_count(node)
+        if count is not None and 1 <= count and count * body_nodes <= MAX_UNROLLED_NODES:
+            known[index] = count
+    return known
+
+
+def _iterations(node: onnx.NodeProto, store, model: Model) -> int | None:
+    carried = len(node.input) - 2
+    for name in node.output[carried:]:
+        if name and name in store:
+            return int(np.shape(store.load(name))[0])
+
+    def scalar(name: str):
+        if name in store:
+            return np.asarray(store.load(name)).reshape(-1)[0]
+        if name in model.initializers:
+            return model.initializer_array(name).reshape(-1)[0]
+        return None
+
+    trips = scalar(node.input[0]) if node.input[0] else None
+    go = scalar(node.input[1]) if node.input[1] else True
+    if trips is None or go is None:
+        return None
+    if not go:
+        return 0
+    return int(trips) if _condition_stays_true(next(a.g for a in node.attribute if a.name == "body")) else None
+
+
+def _condition_stays_true(body: onnx.GraphProto) -> bool:
+    """Whether a Loop body passes its condition on unchanged (directly or through Identity) or makes it a
+    constant true: then only the trip count ends the Loop."""
+    name = body.output[0].name
+    producers = {o: inner for inner in body.node for o in inner.output}
+    constants = {t.name: t for t in body.initializer}
+    while name in producers and producers[name].op_type == "Identity":
+        name = producers[name].input[0]
+    if name == body.input[1].name:
+        return True
+    if name in producers and producers[name].op_type == "Constant":
+        attribute = next((a for a in producers[name].attribute if a.name == "value"), None)
+        return attribute is not None and bool(numpy_helper.to_array(attribute.t).all())
+    return name in constants and bool(numpy_helper.to_array(constants[name]).all())
+
+
 def _rename_in_node(node: onnx.NodeProto, rename: dict[str, str]) -> None:
     """Names in a node and, for outer-scope reads, in its bodies at every depth."""
     node.input[:] = [rename.get(n, n) for n in node.input]
@@ -472,21 +601,31 @@ def _rename_in_node(node: onnx.NodeProto, rename: dict[str, str]) -> None:
             output.name = rename.get(output.name, output.name)
 
 
-def inline_taken_branches(model: Model, taken: dict[int, bool]) -> Model:
+def inline_taken_branches(model: Model, taken: dict[int, bool], iterations: dict[int, int] | None = None) -> Model:
     """The model with each If in `taken` (index -> its condition in the reference) given its taken branch's
-    nodes as further nodes, placed just before it: a candidate may then hold the If or its branch, never
+    nodes as further nodes, and each Loop in `iterations` (index -> the iterations it ran) its body unrolled
+    that many times, placed just before it: a candidate may then hold the If (Loop) or those nodes, never
     both. Indices change; the original nodes stay the whole model (`original_nodes`)."""
+    iterations = iterations or {}
     used = {n for writes in model.node_writes for n in writes} | set(model.graph_inputs) | set(model.initializers)
-    inside = {index: _defined_inside(node) for index, node in enumerate(model.nodes) if index in taken}
+    inside = {index: _defined_inside(node) for index, node in enumerate(model.nodes)
+              if index in taken or index in iterations}
     used |= {name for names in inside.values() for name in names}  # another If's branch may define it too
     initializers = dict(model.initializers)
     order: list[tuple[int | None, onnx.NodeProto]] = []  # (old index or None for a new node, node)
-    new_branches: dict[int, int] = {}  # old If index -> how many new nodes precede it
+    new_branches: dict[int, int] = {}  # old If/Loop index -> how many new nodes precede it
+    claimed: set[str] = set()  # names the inlined nodes write: two copies of one If (an unrolled Loop's) share names
+    opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 13)
     for index, node in enumerate(model.nodes):
-        if index in taken and index not in model.inlined:
-            others = used - inside[index]
-            inner, tensors = branch_nodes(node, taken[index], others)
-            used |= others
+        if index not in model.inlined and (index in taken or index in iterations):
+            if index in taken:  # its branch's names kept where no other node claimed them already
+                others = (used - inside[index]) | claimed
+                inner, tensors = branch_nodes(node, taken[index], others)
+                used |= others
+            else:  # every name renamed per iteration: none is kept
+                inner, tensors = unrolled_nodes(node, iterations[index], used, opset)
+            claimed.update(o for n in inner for o in n.output)
+            claimed.update(t.name for t in tensors)
             initializers.update((t.name, t) for t in tensors)
             order.extend((None, n) for n in inner)
             new_branches[index] = len(inner)
@@ -497,7 +636,7 @@ def inline_taken_branches(model: Model, taken: dict[int, bool]) -> Model:
         inlined[position[old]] = tuple(range(position[old] - count, position[old]))
     nodes = [node for _, node in order]
     writes = [tuple(n for n in node.output if n) for node in nodes]
-    # an If's outputs are written by its branch too, which comes before it: the If (the last) is the producer
+    # an If's (Loop's) outputs are written by its inlined nodes too, which come before it: it is the producer
     producer = {name: new for new, names in enumerate(writes) for name in names}
     original = frozenset(position[i] for i in model.original_nodes)
     return Model(
@@ -521,7 +660,7 @@ def _defined_inside(node: onnx.NodeProto) -> set[str]:
 
 
 def flat_proto(model: Model) -> onnx.ModelProto:
-    """The whole model with its inlined Ifs as their taken branches: for the reference run of their insides."""
+    """The whole model with its inlined Ifs and Loops as their nodes: for the reference run of their insides."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     graph = proto.graph

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import json
 import os
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from oracles.base import Oracle, Verdict
@@ -87,26 +89,64 @@ MAX_INLINED_DEPTH = 4  # If inside If inside If...: one more reference run per l
 
 def _with_taken_branches(model: Model, store: ActivationStore, out_dir: Path, progress: Progress,
                          worker=None) -> tuple[Model, ActivationStore]:
-    """Each If whose condition the reference holds gets its taken branch's nodes as candidates too; the
-    whole model with those branches inlined runs once more, so that their insides are captured too."""
-    from reducer.model import conditions_known, inline_taken_branches
+    """Each If whose condition the reference holds gets its taken branch's nodes as candidates too, and each
+    Loop whose iteration count it holds its body unrolled; the whole model with those inlined runs once more,
+    so that their insides are captured too. An unrolled Loop must give the values the Loop gave, else it
+    stays a Loop (an iteration count misread, a body whose values depend on running as a Loop)."""
+    from reducer.model import conditions_known, inline_taken_branches, loops_known
 
-    for depth in range(1, MAX_INLINED_DEPTH + 1):
+    refused: set[tuple[str, ...]] = set()  # Loops (by their outputs) whose unrolling did not hold
+    depth = 0
+    while depth < MAX_INLINED_DEPTH:
         taken = conditions_known(model, store)
-        if not taken:
+        loops = {i: n for i, n in loops_known(model, store).items() if tuple(model.nodes[i].output) not in refused}
+        if not taken and not loops:
             break
-        before, model = model, inline_taken_branches(model, taken)
-        key = f"{store.key}:branches{depth}"
-        store_dir = out_dir / "activations" / f"branches{depth}"
+        depth += 1
+        inlined_model = inline_taken_branches(model, taken, loops)
+        digest = hashlib.sha256(repr((sorted(taken.items()), sorted(loops.items()))).encode()).hexdigest()[:12]
+        key = f"{store.key}:inlined{depth}:{digest}"
+        store_dir = out_dir / "activations" / f"inlined{depth}-{digest}"
         inlined = ActivationStore.open(store_dir, key)
         if inlined is None:
-            progress.message(f"reference run of {len(taken)} If(s) inlined as their taken branch")
-            inlined = _capture_flat(model, store, key, store_dir, out_dir, worker)
+            progress.message(f"reference run of {_inlined_words(len(taken), loops)}")
+            inlined = _capture_flat(inlined_model, store, key, store_dir, out_dir, worker)
+        differ = [i for i in loops if inlined is None or not _same_values(store, inlined, model.nodes[i].output)]
+        if differ:  # again without those Loops
+            progress.message(f"note: {len(differ)} Loop(s) unrolled did not give the Loop's values; they stay Loops")
+            refused.update(tuple(model.nodes[i].output) for i in differ)
+            depth -= 1
+            continue
         if inlined is None:  # the inlined model does not run: the Ifs stay whole
             progress.message("note: the Ifs' taken branches could not be run apart; they stay whole")
-            return before, store
-        store = inlined
+            return model, store
+        model, store = inlined_model, inlined
     return model, store
+
+
+def _inlined_words(ifs: int, loops: dict[int, int]) -> str:
+    parts = [f"{ifs} If(s) inlined as their taken branch"] if ifs else []
+    if loops:
+        parts.append(f"{len(loops)} Loop(s) unrolled ({sum(loops.values())} iterations)")
+    return " and ".join(parts)
+
+
+def _same_values(before: ActivationStore, after: ActivationStore, names) -> bool:
+    """Whether the reference values of `names` agree (to float rounding: the unrolled ops may be other kernels)."""
+    for name in names:
+        if not name or name not in before:
+            continue
+        if name not in after:
+            return False
+        old, new = np.asarray(before.load(name)), np.asarray(after.load(name))
+        if old.shape != new.shape:
+            return False
+        if old.dtype.kind in "fc":
+            if not np.allclose(old, new, rtol=1e-4, atol=1e-6, equal_nan=True):
+                return False
+        elif not np.array_equal(old, new):
+            return False
+    return True
 
 
 def _capture_flat(model: Model, store: ActivationStore, key: str, store_dir: Path, out_dir: Path,

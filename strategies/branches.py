@@ -1,9 +1,10 @@
-"""Control flow taken apart: each kept If is replaced by the branch the reference took (its nodes become
-ordinary nodes, which every other strategy may then drop; what they read from outside is fed from the
-reference as any cut tensor), and each kept Loop is cut to one iteration. For the inputs fed, an If and its
-taken branch compute the same values, so all of them at once is tried first: one check where the failure
-does not lie in how the If itself is run. Then one at a time, the biggest first: an If whose inlining keeps
-the failure makes everything after it cheaper."""
+"""Control flow taken apart: each kept If is replaced by the branch the reference took, and each Loop whose
+iteration count the reference gives by its body unrolled (their nodes become ordinary nodes, which every other
+strategy may then drop; what they read from outside is fed from the reference as any cut tensor); each Loop
+still kept is cut to one iteration. For the inputs fed, an If (a Loop) and its inlined nodes compute the same
+values, so all of them at once is tried first: one check where the failure does not lie in how the control
+flow itself is run. Then one at a time, the biggest first: one whose inlining keeps the failure makes
+everything after it cheaper."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ class InlineControlFlow:
                 current = trial
         tried: set[int] = set()
         while True:
-            ifs = [i for i in current.nodes if i in model.inlined and i not in tried]
-            if not ifs:
+            flows = [i for i in current.nodes if i in model.inlined and i not in tried]
+            if not flows:
                 break
-            index = max(ifs, key=lambda i: (model.node_weights[i], -i))
+            index = max(flows, key=lambda i: (model.node_weights[i], -i))
             tried.add(index)
             trial = current.keeping((current.nodes - {index}) | set(model.inlined[index]))
             if (yield [trial]) is not None:

@@ -64,10 +64,11 @@ def if_model(overflow_in_then: bool = True) -> onnx.ModelProto:
     return _model([*before, *positive, branch, *after], [_value("x")], [_value("y")], constants)
 
 
-def _loop_body(nodes: list[onnx.NodeProto], scanned: tuple[str, ...] = ()) -> onnx.GraphProto:
-    """A Loop body: the iteration number, the condition (passed on by an Identity) and one carried value
-    v_in -> v_out, plus scan outputs."""
-    keep_going = helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going")
+def _loop_body(nodes: list[onnx.NodeProto], scanned: tuple[str, ...] = (), computed: bool = False) -> onnx.GraphProto:
+    """A Loop body: the iteration number, the condition (passed on by an Identity, or `computed`: whether
+    the iteration number is below an outer `last`) and one carried value v_in -> v_out, plus scan outputs."""
+    keep_going = (helper.make_node("Less", ["iteration", "last"], ["cond_out"], name="keep_going") if computed
+                  else helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"))
     return helper.make_graph(
         [keep_going, *nodes], "body",
         [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
@@ -76,16 +77,19 @@ def _loop_body(nodes: list[onnx.NodeProto], scanned: tuple[str, ...] = ()) -> on
          *(_value(name) for name in scanned)])
 
 
-def loop_model(trips: int = 3) -> onnx.ModelProto:
-    """Relu chain -> Loop (M = trips) whose body multiplies the carried value by an outer 1e5 -> Relu chain."""
+def loop_model(trips: int = 3, computed: bool = False) -> onnx.ModelProto:
+    """Relu chain -> Loop (M = trips) whose body multiplies the carried value by an outer 1e5 -> Relu chain.
+    `computed`: the body computes its condition (the iteration count is not known without running it)."""
     before, a = _chain("pre", "x", 3)
-    body = _loop_body([helper.make_node("Mul", ["v_in", "big"], ["v_out"], name="body_scale")])
+    body = _loop_body([helper.make_node("Mul", ["v_in", "big"], ["v_out"], name="body_scale")], computed=computed)
     loop = helper.make_node("Loop", ["trips", "go", a], ["looped"], name="repeat", body=body)
     after, last = _chain("post", "looped", 3)
     after.append(helper.make_node("Identity", [last], ["y"], name="out"))
     constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
                  numpy_helper.from_array(np.array(trips, np.int64), "trips"),
                  numpy_helper.from_array(np.array(True), "go")]
+    if computed:
+        constants.append(numpy_helper.from_array(np.array(trips - 1, np.int64), "last"))
     return _model([*before, loop, *after], [_value("x")], [_value("y")], constants)
 
 
@@ -131,7 +135,7 @@ def scan_model() -> onnx.ModelProto:
     return _model([*before, scan, *after], [_value("x")], [_value("y", (3,)), _value("z", ())], constants)
 
 
-def nested_model() -> onnx.ModelProto:
+def nested_model(trips: int = 2) -> onnx.ModelProto:
     """A Loop whose body holds an If (on an outer condition) next to harmless nodes; the If's then-branch
     multiplies an outer tensor by an outer 1e5 (the culprit) beside an Abs; its else-branch negates."""
     before, a = _chain("pre", "x", 3)
@@ -153,7 +157,7 @@ def nested_model() -> onnx.ModelProto:
     after.append(helper.make_node("Identity", [last], ["y"], name="out"))
     constants = [numpy_helper.from_array(np.array(1e5, np.float32), "big"),
                  numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
-                 numpy_helper.from_array(np.array(2, np.int64), "trips"),
+                 numpy_helper.from_array(np.array(trips, np.int64), "trips"),
                  numpy_helper.from_array(np.array(True), "go")]
     return _model([*before, *positive, loop, *after], [_value("x")], [_value("y")], constants)
 
@@ -217,9 +221,55 @@ def test_progress_log_counts_bodies(tmp_path):
     assert "nodes     15" in done.stdout + done.stderr
 
 
-# --- a Loop cut to one iteration -------------------------------------------------------------------------
-def test_overflow_inside_loop_body_reduces_to_a_one_iteration_loop(tmp_path):
+# --- a Loop unrolled, or cut to one iteration ------------------------------------------------------------
+def test_overflow_inside_a_loop_body_reduces_to_one_node_of_the_unrolled_loop(tmp_path):
+    """Its iteration count known (trip count 3, the condition passed on), the Loop is unrolled: its body
+    three times as ordinary nodes, which give the Loop's values, so every strategy may drop them: the repro
+    is the first iteration's Mul alone, no Loop left."""
     done, report, minimal = _reduce(tmp_path, loop_model(), *STORAGE)
+    assert report["status"] == "reduced"
+    assert [(n.op_type, n.name) for n in minimal.graph.node] == [("Mul", "body_scale__repeat_0")]
+    assert (report["nodes_before"], report["nodes_after"]) == (10, 1)
+    assert "1 Loop(s) unrolled (3 iterations)" in done.stdout + done.stderr
+    onnx.checker.check_model(minimal, full_check=True)
+
+
+def _run_cpu(proto: onnx.ModelProto) -> list[np.ndarray]:
+    feeds = {"x": np.linspace(0.1, 0.9, 6, dtype=np.float32).reshape(2, 3)}
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_loop_unrolled_gives_the_loops_values_at_every_output(tmp_path):
+    """Carried values, scan outputs stacked on a new first axis, an If in the body inlined a depth further:
+    the unrolled model computes what the model with its Loops computes."""
+    for build in (loop_model, loop_body_model, nested_model):
+        path = write_model(tmp_path / "model.onnx", build())
+        model = load_model(path)
+        loops = {i: 0 for i, n in enumerate(model.nodes) if n.op_type == "Loop"}
+        trips = {i: int(model.initializer_array(model.nodes[i].input[0])) for i in loops}
+        unrolled = model_module.inline_taken_branches(model, {}, trips)
+        flat = model_module.flat_proto(unrolled)
+        assert "Loop" not in _ops(flat.graph)
+        onnx.checker.check_model(flat, full_check=True)
+        expected, got = _run_cpu(build()), _run_cpu(flat)
+        for want, have in zip(expected, got, strict=True):
+            np.testing.assert_allclose(have, want, rtol=1e-6)
+
+
+def test_a_loop_and_the_if_in_its_body_are_taken_apart_to_the_culprit(tmp_path):
+    """Nested control flow taken apart at every depth: the Loop unrolled, each iteration's If inlined as its
+    taken branch at the next depth: the repro is the first iteration's Mul, with neither Loop nor If."""
+    done, report, minimal = _reduce(tmp_path, nested_model(), *STORAGE)
+    assert report["status"] == "reduced", done.stderr
+    assert [n.op_type for n in minimal.graph.node] == ["Mul"]
+    assert minimal.graph.node[0].name.startswith("inner_scale")
+    assert (report["nodes_before"], report["nodes_after"]) == (19, 1)
+
+
+def test_overflow_inside_loop_body_reduces_to_a_one_iteration_loop(tmp_path):
+    """Its condition computed in the body, the Loop's iteration count is not known without running it: it
+    stays a Loop, cut to one iteration (its trip count a constant 1), the condition's node a constant too."""
+    done, report, minimal = _reduce(tmp_path, loop_model(computed=True), *STORAGE)
     assert report["status"] == "reduced"
     assert [n.op_type for n in minimal.graph.node] == ["Loop"]
     trips = {t.name: numpy_helper.to_array(t) for t in minimal.graph.initializer}[minimal.graph.node[0].input[0]]
@@ -235,12 +285,15 @@ def _body(node: onnx.NodeProto) -> onnx.GraphProto:
     return next(a.g for a in node.attribute if a.name == "body")
 
 
-@pytest.mark.parametrize("build, kept", [(loop_body_model, ["body_scale", "body_add"]),
+LONG = model_module.MAX_UNROLLED_NODES  # iterations: a Loop too long to unroll stays a Loop
+
+
+@pytest.mark.parametrize("build, kept", [(lambda: loop_body_model(LONG), ["body_scale", "body_add"]),
                                          (scan_model, ["scan_scale", "scan_add"])], ids=["loop", "scan"])
 def test_overflow_inside_a_loop_or_scan_body_reduces_to_its_culprit(tmp_path, build, kept):
-    """The Loop (Scan) must stay, for the failure is computed inside it: its body loses every node the
-    culprit does not need (5 -> 2); what the rest read from a removed node, the condition and the scan output
-    included, is a constant of the inferred type and shape, and the body's signature stays as it was."""
+    """The Loop (too long to unroll; a Scan) must stay, for the failure is computed inside it: its body loses
+    every node the culprit does not need (5 -> 2); what the rest read from a removed node, the condition and the
+    scan output included, is a constant of the inferred type and shape, and the body's signature stays."""
     original = build()
     flow = next(n for n in original.graph.node if n.op_type in ("Loop", "Scan"))
     assert len(_body(flow).node) == 5
@@ -261,7 +314,7 @@ def test_an_if_inside_a_loop_body_is_reduced_inside_its_branches_too(tmp_path):
     """Nested control flow: the Loop's body is cut, then the branches of the If kept in it, at the next
     depth (the else-branch, which never runs, to nothing; the then-branch to the culprit and the Add that
     carries it out)."""
-    model = nested_model()
+    model = nested_model(LONG)
     assert model_module.count_nodes(model.graph) == 10 + 4 + 3 + 2
     done, report, minimal = _reduce(tmp_path, model, *STORAGE)
     assert report["status"] == "reduced", done.stderr
@@ -415,3 +468,25 @@ def test_a_loop_inside_an_if_that_must_stay_is_reduced_inside_its_body(tmp_path)
     assert (report["nodes_before"], report["nodes_after"]) == (21, 3)
     onnx.checker.check_model(minimal, full_check=True)
     ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_a_loop_whose_unrolling_gives_other_values_stays_a_loop(tmp_path, monkeypatch):
+    """Unrolling is trusted only where the unrolled nodes give the Loop's own values in the reference run: an
+    iteration count misread (here one too many, planted) leaves the Loop a Loop."""
+    from reducer.driver import Progress
+    from reducer.options import InputOptions
+    from reducer.session import prepare
+
+    counted = model_module.loops_known
+    monkeypatch.setattr(model_module, "loops_known",
+                        lambda model, store: {i: n + 1 for i, n in counted(model, store).items()})
+    path = write_model(tmp_path / "model.onnx", loop_body_model())
+    messages = []
+    progress = Progress()
+    progress.message = messages.append
+    model, _ = prepare(str(path), InputOptions(inputs=str(_inputs(tmp_path))), tmp_path / "out", progress)
+    assert not model.inlined and [n.op_type for n in model.nodes].count("Loop") == 1
+    assert any("did not give the Loop's values; they stay Loops" in m for m in messages), messages
+    monkeypatch.setattr(model_module, "loops_known", counted)
+    model, _ = prepare(str(path), InputOptions(inputs=str(_inputs(tmp_path))), tmp_path / "again", Progress())
+    assert len(model.inlined) == 1 and len(model.nodes) == 9 + 3 * 5 + 1 + 3 + 1  # 3 iterations, Identity, Unsqueezes, Concat
