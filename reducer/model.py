@@ -140,6 +140,8 @@ class Model:
     # indices of its taken branch's (unrolled body's) nodes, which sit just before it and write its outputs too.
     inlined: dict[int, tuple[int, ...]] = field(default_factory=dict)
     top_level: frozenset[int] | None = None  # the original graph's nodes (None: all of them)
+    # a kept Loop's index -> the most iterations it ran in the reference (exact, or its trip count), where known
+    iterations: dict[int, int] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -545,14 +547,26 @@ def loops_known(model: Model, store) -> dict[int, int]:
         node = model.nodes[index]
         if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or index in model.inlined:
             continue
-        count = _iterations(node, store, model)
+        count = _iterations(node, store, model, exact=True)
         body_nodes = body_node_count(node)
         if count is not None and 1 <= count and count * body_nodes <= MAX_UNROLLED_NODES:
             known[index] = count
     return known
 
 
-def _iterations(node: onnx.NodeProto, store, model: Model) -> int | None:
+def loop_bounds(model: Model, store) -> dict[int, int]:
+    """The Loops of the model: the most iterations each ran in the reference, where the store or the
+    initializers say (exactly, or its trip count: the condition may have stopped it sooner)."""
+    bounds = {}
+    for index, node in enumerate(model.nodes):
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+            count = _iterations(node, store, model, exact=False)
+            if count is not None:
+                bounds[index] = count
+    return bounds
+
+
+def _iterations(node: onnx.NodeProto, store, model: Model, exact: bool) -> int | None:
     carried = len(node.input) - 2
     for name in node.output[carried:]:
         if name and name in store:
@@ -571,7 +585,8 @@ def _iterations(node: onnx.NodeProto, store, model: Model) -> int | None:
         return None
     if not go:
         return 0
-    return int(trips) if _condition_stays_true(next(a.g for a in node.attribute if a.name == "body")) else None
+    stays = _condition_stays_true(next(a.g for a in node.attribute if a.name == "body"))
+    return int(trips) if stays or not exact else None
 
 
 def _condition_stays_true(body: onnx.GraphProto) -> bool:

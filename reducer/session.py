@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -93,7 +94,7 @@ def _with_taken_branches(model: Model, store: ActivationStore, out_dir: Path, pr
     Loop whose iteration count it holds its body unrolled; the whole model with those inlined runs once more,
     so that their insides are captured too. An unrolled Loop must give the values the Loop gave, else it
     stays a Loop (an iteration count misread, a body whose values depend on running as a Loop)."""
-    from reducer.model import conditions_known, inline_taken_branches, loops_known
+    from reducer.model import conditions_known, inline_taken_branches, loop_bounds, loops_known
 
     refused: set[tuple[str, ...]] = set()  # Loops (by their outputs) whose unrolling did not hold
     depth = 0
@@ -119,9 +120,10 @@ def _with_taken_branches(model: Model, store: ActivationStore, out_dir: Path, pr
             continue
         if inlined is None:  # the inlined model does not run: the Ifs stay whole
             progress.message("note: the Ifs' taken branches could not be run apart; they stay whole")
-            return model, store
+            break
         model, store = inlined_model, inlined
-    return model, store
+    bounds = loop_bounds(model, store)  # for cutting the Loops that stay to fewer iterations
+    return (dataclasses.replace(model, iterations=bounds) if bounds else model), store
 
 
 def _inlined_words(ifs: int, loops: dict[int, int]) -> str:

@@ -4,7 +4,8 @@ strategy may then drop; what they read from outside is fed from the reference as
 still kept is cut to one iteration. For the inputs fed, an If (a Loop) and its inlined nodes compute the same
 values, so all of them at once is tried first: one check where the failure does not lie in how the control
 flow itself is run. Then one at a time, the biggest first: one whose inlining keeps the failure makes
-everything after it cheaper."""
+everything after it cheaper. A Loop that one iteration does not keep failing is cut to the fewest that do, by
+bisection up to the iterations the reference ran."""
 
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ class InlineControlFlow:
             trial = current.with_edit(LoopTrips(index, 1))
             if (yield [trial]) is not None:
                 current = trial
+                continue
+            # the failure needs more iterations (a value that grows each one): the fewest that keep it, by
+            # bisection between 1 (does not) and the most the reference ran (does)
+            low, high, best = 1, model.iterations.get(index, 0), None
+            while high - low > 1:
+                middle = (low + high) // 2
+                trial = current.with_edit(LoopTrips(index, middle))
+                if (yield [trial]) is not None:
+                    high, best = middle, trial
+                else:
+                    low = middle
+            if best is not None:
+                current = best
 
 
 def _all_inlined(nodes: frozenset[int], inlined: dict[int, list[int]]) -> frozenset[int]:

@@ -280,6 +280,33 @@ def test_overflow_inside_loop_body_reduces_to_a_one_iteration_loop(tmp_path):
     onnx.checker.check_model(minimal, full_check=True)
 
 
+def growing_loop_model(trips: int, step: float) -> onnx.ModelProto:
+    """Relu chain -> Loop (M = trips, too many to unroll) whose body adds an outer `step` to the carried
+    value: beyond fp16's range only after enough iterations -> Relu chain."""
+    before, a = _chain("pre", "x", 3)
+    body = _loop_body([helper.make_node("Add", ["v_in", "step"], ["v_out"], name="body_step")])
+    loop = helper.make_node("Loop", ["trips", "go", a], ["looped"], name="repeat", body=body)
+    after, last = _chain("post", "looped", 3)
+    after.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    constants = [numpy_helper.from_array(np.array(step, np.float32), "step"),
+                 numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+                 numpy_helper.from_array(np.array(True), "go")]
+    return _model([*before, loop, *after], [_value("x")], [_value("y")], constants)
+
+
+def test_a_loop_whose_failure_needs_many_iterations_is_cut_to_the_fewest_that_keep_it(tmp_path):
+    """x + 200 per iteration leaves fp16's range (65504) at the 328th iteration for x = 1.0: one iteration
+    does not fail, so the trip count is bisected between 1 and the 600 the reference ran."""
+    trips = model_module.MAX_UNROLLED_NODES // 2 + 100
+    done, report, minimal = _reduce(tmp_path, growing_loop_model(trips, 200.0), *STORAGE)
+    assert report["status"] == "reduced", done.stderr
+    assert [n.op_type for n in minimal.graph.node] == ["Loop"]
+    kept = {t.name: numpy_helper.to_array(t) for t in minimal.graph.initializer}[minimal.graph.node[0].input[0]]
+    assert int(kept) == 328  # the fewest: (65520 - 1.0) / 200 rounded up
+    assert any("at most 328 iterations" in line for line in report["edits_described"])
+    onnx.checker.check_model(minimal, full_check=True)
+
+
 # --- inside a Loop or Scan body -------------------------------------------------------------------------
 def _body(node: onnx.NodeProto) -> onnx.GraphProto:
     return next(a.g for a in node.attribute if a.name == "body")
@@ -489,4 +516,5 @@ def test_a_loop_whose_unrolling_gives_other_values_stays_a_loop(tmp_path, monkey
     assert any("did not give the Loop's values; they stay Loops" in m for m in messages), messages
     monkeypatch.setattr(model_module, "loops_known", counted)
     model, _ = prepare(str(path), InputOptions(inputs=str(_inputs(tmp_path))), tmp_path / "again", Progress())
-    assert len(model.inlined) == 1 and len(model.nodes) == 9 + 3 * 5 + 1 + 3 + 1  # 3 iterations, Identity, Unsqueezes, Concat
+    assert len(model.inlined) == 1
+    assert len(model.nodes) == 9 + 3 * 5 + 1 + 3 + 1  # 3 iterations, an Identity, 3 Unsqueezes, a Concat
