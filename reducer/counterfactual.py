@@ -73,7 +73,27 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Mater
 def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     """The nodes and all that lies below them: what the proof's second run computes."""
     # one traversal from all of them at once (a descendants call per node is quadratic on a long prefix)
-    return nodes | {reader for _, reader in nx.edge_bfs(model.dag, source=list(nodes))}
+    below = set(nodes) | {reader for _, reader in nx.edge_bfs(model.dag, source=list(nodes))}
+    # an inlined If (unrolled Loop) and its nodes read the same tensors and write the same outputs: one of the
+    # two, the control flow where the repro holds it, else its inlined nodes (the whole model's flat form)
+    for parent in sorted(model.inlined, reverse=True):  # inner ones come first in the order: outer first here
+        inside = _inlined_under(model, parent)
+        if parent in below and below & inside:
+            if parent in nodes:
+                below -= inside - nodes
+            else:
+                below.discard(parent)
+    return frozenset(below)
+
+
+def _inlined_under(model: Model, parent: int) -> set[int]:
+    """The nodes inlined for `parent`, and for the control flow among them, at every depth."""
+    found, pending = set(), list(model.inlined.get(parent, ()))
+    while pending:
+        index = pending.pop()
+        found.add(index)
+        pending.extend(model.inlined.get(index, ()))
+    return found
 
 
 def _is_float(store: ActivationStore, name: str) -> bool:

@@ -435,9 +435,12 @@ class Reduction:
     def proves_cause(self) -> bool:
         """Whether the result must carry the whole model's failure: tolerance failures, and a command's
         unless the reference leaves fp16's range (then it is taken for an overflow, whose repro is its
-        onset: a hint, as a command's precision is unknown)."""
+        onset: a hint, as a command's precision is unknown) or its failure is a message a --fail-regex names
+        (an error, as a builder's: each node that raises it is the bug, though others may raise it too)."""
         signature = self.original.signature if self.original else None
         if not self.cause_check or signature is None or signature.kind not in counterfactual.PROVEN_KINDS:
+            return False
+        if signature.kind == "command" and signature.detail.startswith("matched /"):
             return False
         return signature.kind != "command" or not self.beyond_target
 

@@ -51,8 +51,14 @@ class InlineControlFlow:
                 current = trial
                 continue
             # the failure needs more iterations (a value that grows each one): the fewest that keep it, by
-            # bisection between 1 (does not) and the most the reference ran (does)
+            # bisection between 1 (does not) and the most the reference ran, once that is seen to keep it (a
+            # failure that any constant trip count loses, as a parser's on a Loop without one, costs one check)
             low, high, best = 1, model.iterations.get(index, 0), None
+            if high > 2:
+                trial = current.with_edit(LoopTrips(index, high))
+                if (yield [trial]) is None:
+                    continue
+                best = trial
             while high - low > 1:
                 middle = (low + high) // 2
                 trial = current.with_edit(LoopTrips(index, middle))

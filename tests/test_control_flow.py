@@ -518,3 +518,61 @@ def test_a_loop_whose_unrolling_gives_other_values_stays_a_loop(tmp_path, monkey
     model, _ = prepare(str(path), InputOptions(inputs=str(_inputs(tmp_path))), tmp_path / "again", Progress())
     assert len(model.inlined) == 1
     assert len(model.nodes) == 9 + 3 * 5 + 1 + 3 + 1  # 3 iterations, an Identity, 3 Unsqueezes, a Concat
+
+
+NO_TRIP_COUNT = '''import sys
+import onnx
+for node in onnx.load(sys.argv[1]).graph.node:
+    if node.op_type == "Loop" and not node.input[0] and len(node.output) > len(node.input) - 2:
+        print("cannot infer the shape of scan output since no trip count")
+        sys.exit(1)
+'''
+
+
+def _two_loops_without_trip_count(trips: int = LONG, scale: float = 1e-3) -> onnx.ModelProto:
+    """Two Loops in a row, each with a scan output and no trip count (a condition computed in the body),
+    as tf2onnx writes a Keras LSTM: the parser's complaint about either is the whole model's. LONG trips:
+    too long to unroll, as nakdimon's are; `scale` 1e-3 keeps every value in fp16's range (a proof runs)."""
+    model = loop_body_model(trips)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(trips - 1, np.int64), "last"))
+    big = next(t for t in model.graph.initializer if t.name == "big")
+    big.CopyFrom(numpy_helper.from_array(np.array(scale, np.float32), "big"))
+    first = model.graph.node[3]
+    first.input[0] = ""
+    body = _body(first)
+    body.node[0].CopyFrom(helper.make_node("Less", ["iteration", "last"], ["cond_out"], name="keep_going"))
+    second = onnx.NodeProto()
+    second.CopyFrom(first)
+    second.name, second.input[2] = "again", "looped"
+    second.output[:] = ["looped_again", "scanned_again"]
+    model.graph.node.insert(4, second)
+    model.graph.node[5].input[0] = "looped_again"  # the Relu chain after the Loops
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_message_named_by_fail_regex_is_an_error_each_instance_of_which_is_the_bug(tmp_path):
+    """A --check command's failure could be numeric, so the result must carry the whole model's failure, and
+    one Loop of two, both raising the message, does not (the other still raises it). Where --fail-regex names
+    the message, the failure is an error as a builder's is: either Loop alone is the repro (nakdimon under
+    TensorRT-RTX: 252 nodes without the regex, 24 with it)."""
+    check = tmp_path / "check.py"
+    check.write_text(NO_TRIP_COUNT)
+    command = ["--fail-code", "1", "--check", sys.executable, str(check), "{model}"]
+    done, report, minimal = _reduce(tmp_path, _two_loops_without_trip_count(), "--fail-regex", "no trip count",
+                                    *command)
+    assert report["status"] == "reduced", done.stderr
+    assert [n.op_type for n in minimal.graph.node] == ["Loop"]
+    assert report["signature"]["detail"] == "matched /no trip count/" and report.get("cause") is None
+    done, unnamed, _ = _reduce(tmp_path / "unnamed", _two_loops_without_trip_count(), *command)
+    assert unnamed["cause"]["bystanders"], "one Loop alone leaves the other failing: a bystander, without the regex"
+
+
+def test_a_proof_never_runs_a_loop_beside_its_unrolled_nodes(tmp_path):
+    """The proof's downstream run (the repro and all below it) took both a Loop and its unrolled nodes, which
+    write the same outputs: a model ONNX refuses (an internal error). One of the two now, never both."""
+    check = tmp_path / "check.py"
+    check.write_text(NO_TRIP_COUNT)
+    done, report, _ = _reduce(tmp_path, _two_loops_without_trip_count(3, 2.0), "--fail-code", "1", "--check",
+                              sys.executable, str(check), "{model}")
+    assert report["status"] == "reduced" and report["cause"]["holds"], done.stderr
