@@ -73,6 +73,11 @@ class Signature:
     outputs: tuple[str, ...] = ()
     exception: str | None = None  # a command's: its last traceback's exception type, "" none; None: not recorded
 
+    @property
+    def names_a_message(self) -> bool:
+        """A command's failure that its --fail-regex matched: a message, an error as a builder's is."""
+        return self.kind == "command" and self.detail.startswith("matched /")
+
     def same_failure(self, other: Signature | None) -> bool:
         if other is None or self.kind != other.kind or self.detail != other.detail:
             return False

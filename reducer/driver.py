@@ -440,7 +440,7 @@ class Reduction:
         signature = self.original.signature if self.original else None
         if not self.cause_check or signature is None or signature.kind not in counterfactual.PROVEN_KINDS:
             return False
-        if signature.kind == "command" and signature.detail.startswith("matched /"):
+        if signature.names_a_message:
             return False
         return signature.kind != "command" or not self.beyond_target
 

@@ -543,9 +543,9 @@ def loops_known(model: Model, store) -> dict[int, int]:
     """Loops of the flat model not unrolled yet whose iteration count in the reference is known exactly and
     small enough to unroll: the length of a scan output, or the trip count where the condition stays true."""
     known = {}
-    for index in sorted(model.flat):
+    for index in sorted(model.flat):  # no Loop unrolled already: the flat model holds its unrolled nodes instead
         node = model.nodes[index]
-        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or index in model.inlined:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
             continue
         count = _iterations(node, store, model, exact=True)
         body_nodes = body_node_count(node)
@@ -570,7 +570,7 @@ def _iterations(node: onnx.NodeProto, store, model: Model, exact: bool) -> int |
     carried = len(node.input) - 2
     for name in node.output[carried:]:
         if name and name in store:
-            return int(np.shape(store.load(name))[0])
+            return store.records[name].shape[0]  # a scan output's length, from the store's index: nothing read
 
     def scalar(name: str):
         if name in store:

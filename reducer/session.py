@@ -467,8 +467,8 @@ def cause_report(reduction: Reduction) -> dict | None:
     if not reduction.proves_cause:
         if signature is None or signature.kind not in ("nan", "command") or not reduction.cause_check:
             return None  # a build or runtime error is its own proof
-        if signature.kind == "command" and signature.detail.startswith("matched /"):
-            return None  # a message its --fail-regex names: an error, its own proof
+        if signature.names_a_message:
+            return None  # an error, its own proof
         return {"method": "onset", "checked": False,  # a NaN/Inf: the repro is where values leave the range
                 "assumed": signature.kind == "command",  # a command's failure taken for an overflow (a hint)
                 "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
