@@ -275,11 +275,14 @@ def test_the_output_folder_itself_may_be_a_symlink(work):
 
 
 def test_a_second_run_into_the_same_folder_is_refused_naming_the_holder(work, tmp_path_factory):
-    """A slow check command keeps the first run busy; the second gets one line naming the first's pid,
-    and the first ends as if alone."""
+    """A check command that waits until the others have been refused keeps the first run busy (a fixed
+    sleep lost the race on a loaded machine); the second gets one line naming the first's pid, and the
+    first ends as if alone."""
     scratch = tmp_path_factory.mktemp("check")
-    slow = scratch / "slow.py"
-    slow.write_text("import time, sys; time.sleep(0.3); print('BUG'); sys.exit(1)\n")
+    slow, release = scratch / "slow.py", scratch / "release"
+    slow.write_text(f"import os, sys, time\ndeadline = time.monotonic() + 60\n"
+                    f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
+                    "    time.sleep(0.05)\nprint('BUG')\nsys.exit(1)\n")
     args = ("reduce", "models/fail.onnx", "-o", "out", "--no-cause-check", "--fail-regex", "BUG",
             "--check", sys.executable, str(slow))
     first = start_cli(work, *args)
@@ -289,6 +292,7 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_holder(work, tm
         check = run_cli(work, "check", "models/fail.onnx", "-o", "out", *STORAGE)
         bundle = run_cli(work, "bundle", "make", "out")  # it would rewrite the bundle under the run
     finally:
+        release.touch()
         out, err = first.communicate(timeout=CLI_TIMEOUT)
     for refused in (second, check, bundle):
         lines = [line for line in refused.stderr.splitlines() if line.strip()]
