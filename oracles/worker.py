@@ -224,7 +224,15 @@ class Worker:
     def run(self, model_path: Path, feeds: dict[str, Path], timeout: float, kind: str = "run", **extra) -> RunResult:
         self.start()  # no-op when warm; a restart after a crash, a hang or an idle death
         start = time.perf_counter()
-        self._conn.send((kind, str(model_path), {k: str(v) for k, v in feeds.items()}, extra))
+        task = (kind, str(model_path), {k: str(v) for k, v in feeds.items()}, extra)
+        try:
+            self._conn.send(task)
+        except OSError:  # gone since start() looked: an EPIPE let out would reach click, which exits 1 unsaid
+            if not self._started:
+                self._await_start(timeout)  # its last word: why it cannot start (raised), or that it had
+            self._kill()  # an idle death, no verdict on this task: once more in a fresh worker
+            self.start()
+            self._conn.send(task)
         if not self._started:
             self._await_start(timeout)
         try:

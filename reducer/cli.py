@@ -132,7 +132,27 @@ def _output_dir(path: Path) -> Path:
     return path
 
 
-@click.group(help="Shrink a failing ONNX model to a minimal model that fails the same way.")
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context):
+        """click takes any broken pipe (EPIPE) for a closed stdout and exits 1 without a word: one of ours (a
+        worker's, a check's) is said instead, as the error it is."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            if _closed(sys.stdout) or _closed(sys.stderr):
+                raise
+            raise RuntimeError(f"a broken pipe: {exc}") from exc
+
+
+def _closed(stream) -> bool:
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+@click.group(cls=_Commands, help="Shrink a failing ONNX model to a minimal model that fails the same way.")
 @click.version_option(package_name="onnx-reducer")
 def cli() -> None:
     pass

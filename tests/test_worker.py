@@ -149,3 +149,42 @@ def test_a_worker_that_dies_as_it_starts_is_no_crash_verdict(worker, task, feeds
     with pytest.raises(WorkerStartError, match="died as it started: exit code 3") as raised:
         worker("standin:dies").run(task("ok"), feeds, TASK_TIMEOUT)
     assert raised.value.exit_code == EXIT_INTERNAL
+
+
+def test_a_worker_gone_after_saying_it_cannot_start_is_still_named(worker, task, feeds):
+    """The worker says it cannot start and exits between the driver's look (alive) and its task's send: the
+    send's broken pipe (EPIPE) reached click, which takes it for a closed stdout and exits 1 without a word."""
+    w = worker("standin:noimport")
+    w.start()
+    process = w._process
+    process.join(TASK_TIMEOUT)  # it has said why and is gone
+    assert process.exitcode == 0
+    process.is_alive = lambda: True  # as the driver saw it a moment before
+    with pytest.raises(RunnerUnavailableError, match="cannot start in its worker process: ModuleNotFoundError"):
+        w.run(task("ok"), feeds, TASK_TIMEOUT)
+
+
+def test_a_worker_gone_idle_before_its_task_is_started_again(worker, task, feeds):
+    w = worker("standin:ok")
+    first = _pid(w.run(task("ok"), feeds, TASK_TIMEOUT))
+    process = w._process
+    process.kill()
+    process.join(TASK_TIMEOUT)
+    process.is_alive = lambda: True  # dead between the driver's look and its task's send
+    assert _pid(w.run(task("ok"), feeds, TASK_TIMEOUT)) != first
+
+
+def test_a_broken_pipe_of_ours_is_said_not_taken_for_a_closed_stdout(monkeypatch, capsys, tmp_path):
+    """click exits 1 without a word on any EPIPE, as if stdout were closed: ours is an internal error, said."""
+    import reducer.session
+    from reducer import cli
+
+    def broken(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(reducer.session, "reduce_model", broken)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["reduce", "m.onnx", "-o", "out", "--check", "false"])
+    assert exited.value.code == EXIT_INTERNAL
+    assert "onnx-reduce: internal error: RuntimeError: a broken pipe: [Errno 32] Broken pipe" in capsys.readouterr().err
