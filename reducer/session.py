@@ -374,6 +374,8 @@ def reduce_model(
                 warm = reduction.oracle if report["status"] != "interrupted" else None
                 report["bundle"] = _bundle(out_dir, warm, progress, reduction.final_observation)
                 write_report(out_dir, report)
+                if report["bundle"].get("error") == "interrupted":  # a Ctrl-C is said by the exit code, always:
+                    code = errors.EXIT_INTERRUPTED  # a script must not take the run for whole, bundle and all
         finally:
             reduction.close()
     return report, code

@@ -188,3 +188,26 @@ def test_a_broken_pipe_of_ours_is_said_not_taken_for_a_closed_stdout(monkeypatch
         cli.main(["reduce", "m.onnx", "-o", "out", "--check", "false"])
     assert exited.value.code == EXIT_INTERNAL
     assert "onnx-reduce: internal error: RuntimeError: a broken pipe: [Errno 32] Broken pipe" in capsys.readouterr().err
+
+
+def test_an_interrupt_while_the_bundle_is_written_exits_as_an_interrupt(monkeypatch, capsys, tmp_path):
+    """The reduction's results stay (report.json says the bundle was interrupted), but the exit code says
+    Ctrl-C: a script that reads 0 as "all done" must not take the missing bundle for written."""
+    import json
+
+    import reducer.bundle
+    from reducer import cli
+    from test_bad_input import good_model, write_model
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    write_model(tmp_path / "m.onnx", good_model())
+    monkeypatch.setattr(reducer.bundle, "make_bundle", interrupted)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["reduce", "m.onnx", "-o", "out", "--no-cause-check", "--check", "false"])
+    assert exited.value.code == 130, capsys.readouterr().err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "reduced" and report["bundle"] == {"error": "interrupted"}
+    assert (tmp_path / "out" / "minimal.onnx").exists()
