@@ -438,12 +438,14 @@ def _is_the_failure_asked_for(verdict: Verdict, options: OracleOptions) -> bool:
 def _figures(reduction: Reduction, started: float) -> dict:
     counters = reduction.counters
     signature = reduction.best_verdict.signature if reduction.best_verdict else None
+    # an edit of a node removed since (a Loop cut, then dropped) changes nothing left: not reported
+    edits = [e for e in reduction.best.edits if getattr(e, "node", None) in (None, *reduction.best.nodes)]
     return {
         "nodes_after": reduction.size(reduction.best),
         "top_level_nodes_after": len(reduction.best),  # the nodes of minimal.onnx's graph itself
         "kept_nodes": reduction.best.ordered(),  # indices in the original model's topological order
-        "edits": [repr(edit) for edit in reduction.best.edits],  # attribute, weight and shape edits kept
-        "edits_described": [describe_edit(edit, reduction.model) for edit in reduction.best.edits],
+        "edits": [repr(edit) for edit in edits],  # attribute, weight and shape edits kept
+        "edits_described": [describe_edit(edit, reduction.model) for edit in edits],
         "checks": counters.checks,
         "cache_hits": counters.cache_hits,
         "rejected_unfaithful": counters.unfaithful,

@@ -4,6 +4,7 @@ counts with bodies included, and every candidate the search tried valid for the 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -564,6 +565,8 @@ def test_a_message_named_by_fail_regex_is_an_error_each_instance_of_which_is_the
     assert report["status"] == "reduced", done.stderr
     assert [n.op_type for n in minimal.graph.node] == ["Loop"]
     assert report["signature"]["detail"] == "matched /no trip count/" and report.get("cause") is None
+    kept = {n.name for n in minimal.graph.node}  # no edit of the Loop that was removed is reported
+    assert all(re.match(r"`([^`]*)`", line).group(1) in kept for line in report["edits_described"]), report
     done, unnamed, _ = _reduce(tmp_path / "unnamed", _two_loops_without_trip_count(), *command)
     assert unnamed["cause"]["bystanders"], "one Loop alone leaves the other failing: a bystander, without the regex"
 
