@@ -133,7 +133,22 @@ def _is_trusted(folder: Path, trusted_commands) -> bool:
         return False
     if not recorded or not isinstance(recorded, list):
         return False
-    return any(_same_command(recorded, command, folder) for command in trusted_commands)
+    return any(_same_command(recorded, shipped_form, folder) for command in trusted_commands
+               for shipped_form in _as_shipped(command))
+
+
+def _as_shipped(command: list[str]) -> list[list[str]]:
+    """The command as given, and, where its first word is a script, as a bundle records it: run by the
+    interpreter its #! line names (`./check.sh` becomes `sh {bundle}/check.sh`)."""
+    from reducer.bundle_files import interpreter_of
+
+    forms = [command]
+    if command and os.path.isfile(command[0]):
+        try:
+            forms.append([*interpreter_of(Path(command[0]).read_bytes()), *command])
+        except OSError:
+            pass
+    return forms
 
 
 def _same_command(recorded: list, command: list[str], folder: Path) -> bool:

@@ -174,13 +174,13 @@ def shipped_command(command: list[str], shipped: list[Shipped]) -> list[str]:
             result.append(arg)
         elif position == 0:
             data = next(s.data for s in shipped if s.name == name)
-            result += [*_interpreter(data), "{bundle}/" + name]
+            result += [*interpreter_of(data), "{bundle}/" + name]
         else:
             result.append("{bundle}/" + name)
     return result
 
 
-def _interpreter(script: bytes) -> list[str]:
+def interpreter_of(script: bytes) -> list[str]:
     first = script.split(b"\n", 1)[0].decode("utf-8", "replace")
     words = first[2:].split() if first.startswith("#!") else []
     if words and os.path.basename(words[0]) == "env":

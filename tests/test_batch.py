@@ -437,6 +437,22 @@ def test_a_baseline_marks_bugs_new_still_failing_fixed_and_not_fixed(tmp_path):
     assert third.returncode == 0, third.stderr  # nothing new: CI passes
 
 
+def test_a_baseline_bundle_of_a_script_run_as_it_is_is_reverified(tmp_path):
+    """`--check ./check.sh {model}`: the bundle records it as `sh {bundle}/check.sh {model}` (run by its #! line's
+    interpreter). Tonight's same script is that command: the bug is fixed, not unverified for a word more."""
+    check = _command_corpus(tmp_path, "Mul", {"mul": ["Relu", "Mul"]})
+    script = tmp_path / "check.sh"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "check.py"}" "$@"\n')
+    script.chmod(0o755)
+    check = [*check[: check.index("--check") + 1], "./check.sh", *check[check.index("{model}"):]]
+    assert batch(tmp_path, "corpus", "-o", "night1", *check).returncode == 1
+    (tmp_path / "runtime" / "broken").write_text("")
+    done = batch(tmp_path, "corpus", "-o", "night2", "--baseline", "night1", *check)
+    assert done.returncode == 0, done.stderr
+    (bug,) = summary(tmp_path / "night2")["bugs"]
+    assert bug["status"] == "fixed", bug
+
+
 def test_a_baseline_bundles_command_runs_only_when_it_is_tonights(tmp_path):
     """The baseline's bundle ships last night's check script: tonight's differs, so it is not run (a baseline is a
     file from elsewhere) and the bug is unverified, not fixed."""

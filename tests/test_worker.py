@@ -195,9 +195,10 @@ def test_an_interrupt_while_the_bundle_is_written_exits_as_an_interrupt(monkeypa
     Ctrl-C: a script that reads 0 as "all done" must not take the missing bundle for written."""
     import json
 
+    from test_bad_input import good_model, write_model
+
     import reducer.bundle
     from reducer import cli
-    from test_bad_input import good_model, write_model
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
