@@ -11,8 +11,8 @@ from reducer.driver import Counters, Progress
 class PlainProgress(Progress):
     """One line when the node count drops, and at most one every few seconds otherwise."""
 
-    def __init__(self, stream=sys.stderr, every: float = 5.0):
-        self.stream, self.every = stream, every
+    def __init__(self, stream=None, every: float = 5.0):
+        self.stream, self.every = stream or sys.stderr, every  # today's stderr, not the one at import
         self.started = time.perf_counter()
         self._last_nodes, self._last_time = None, 0.0
 
