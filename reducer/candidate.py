@@ -393,6 +393,10 @@ class Candidate:
         """Another node set with this candidate's edits."""
         return Candidate(frozenset(nodes), self.edits)
 
+    def edits_in_effect(self) -> list[Edit]:
+        """Its edits but those of nodes it no longer keeps (a Loop cut, then dropped): they change nothing."""
+        return [e for e in self.edits if getattr(e, "node", None) is None or e.node in self.nodes]
+
     def with_edit(self, edit: Edit) -> Candidate:
         return Candidate(self.nodes, tuple(sorted({*self.edits, edit}, key=repr)))
 

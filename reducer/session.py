@@ -438,8 +438,7 @@ def _is_the_failure_asked_for(verdict: Verdict, options: OracleOptions) -> bool:
 def _figures(reduction: Reduction, started: float) -> dict:
     counters = reduction.counters
     signature = reduction.best_verdict.signature if reduction.best_verdict else None
-    # an edit of a node removed since (a Loop cut, then dropped) changes nothing left: not reported
-    edits = [e for e in reduction.best.edits if getattr(e, "node", None) in (None, *reduction.best.nodes)]
+    edits = reduction.best.edits_in_effect()
     return {
         "nodes_after": reduction.size(reduction.best),
         "top_level_nodes_after": len(reduction.best),  # the nodes of minimal.onnx's graph itself
