@@ -109,6 +109,16 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
     lines = [""]
     if cause is None:
         lines.append("**Cause**: not checked (a build or runtime error is its own proof, or --no-cause-check).")
+    elif cause.get("method") == "onset" and (cause.get("overflow") or {}).get("carries"):
+        overflow = cause["overflow"]
+        if overflow.get("reaches_every_output"):
+            shown = (f"the values beyond fp16's range reach every output (through {overflow['exact_nodes']} "
+                     "nodes): fp16 cannot compute them at all")
+        else:
+            shown = (f"the whole model, with the {overflow['exact_nodes']} nodes that compute or read values beyond "
+                     f"fp16's range fed from the reference, stops failing ({overflow['failing_elements_after']} of "
+                     f"the {overflow['failing_elements_before']} failing elements left)")
+        lines.append(f"**An fp16 overflow, shown**: {shown}; this repro is its onset, fed only values fp16 holds.")
     elif cause.get("method") == "onset" and cause.get("assumed"):
         lines.append("**Taken for an fp16 overflow**: a command's precision is unknown, and the reference holds "
                      "values beyond fp16's range, so this repro is the onset, fed only values fp16 holds; its cause "
@@ -138,6 +148,12 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
     if cause and cause.get("spread"):
         lines.append("No smaller subgraph was found that carries the failure: **the error is spread across these "
                      "nodes**.")
+    overflow = (cause or {}).get("overflow") or {}
+    if overflow and not overflow.get("carries") and cause.get("method") != "onset":
+        lines.append(f"Not an overflow: the reference leaves fp16's range, but with the {overflow['exact_nodes']} "
+                     f"nodes that compute or read those values fed from the reference the whole model still fails "
+                     f"({overflow['failing_elements_after']} of {overflow['failing_elements_before']} failing "
+                     "elements left), so the cause was sought as a tolerance failure's.")
     for note in (cause or {}).get("range", []):
         lines.append(f"Values leave the target's range: {note}.")
     if one_minimal is not None:
@@ -147,6 +163,9 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                                       "not sought: no shorter stretch of the model carries the spread error, and a "
                                       "smaller scattered set takes many more checks (`--minimal` looks for one)."
                                       if stopped_by == "spread" else
+                                      "not sought: a proven cause this small ends the default search (`--minimal` "
+                                      "tries removing each node)."
+                                      if stopped_by == "small" else
                                       "not proven (the search was stopped, or its last strategy does not prove it)."))
     return lines
 

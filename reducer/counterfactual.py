@@ -54,8 +54,8 @@ def runs_for(method: str, nodes: frozenset[int]) -> list[CounterfactualRun]:
 
 
 def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Materialized | None:
-    """The model a run checks; None where there is nothing to run (the repro is the whole model, or has
-    nothing downstream of it)."""
+    """The model a run checks; None where there is nothing to run (the repro is the whole model, computes
+    every output, or has nothing downstream of it)."""
     everything = model.flat  # the whole model, its inlined Ifs as their taken branches: the same values
     if run.kind == "exact":
         built = materialize(model, Candidate(everything), store)
@@ -65,7 +65,10 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Mater
         return built
     if run.kind == "without":
         rest = everything - run.nodes
-        return materialize(model, Candidate(rest), store, model_outputs_only=True) if rest else None
+        built = materialize(model, Candidate(rest), store, model_outputs_only=True) if rest else None
+        # every output computed by the exact nodes: they are the reference's, so the model passes (a model
+        # with no output would not even load, and its error would be taken for the failure)
+        return built if built is not None and (built.outputs or built.unrunnable) else None
     below = downstream(model, run.nodes)
     return materialize(model, Candidate(below), store) if below != run.nodes else None
 

@@ -81,6 +81,11 @@ class Limits:
     economy: bool = True  # stop at default_budget(nodes) checks; --minimal goes on to 1-minimality
 
 
+# a proven cause this small ends the default search: 1-minimality would cost a check per node for, at
+# most, a node or two less (--minimal goes on)
+SMALL_CAUSE = 3
+
+
 def default_budget(nodes: int) -> int:
     """Checks a reduction spends by default: about what boundary bisection of both ends costs (Polygraphy's
     --mode=bisect), with the whole model's check, the proof of cause and the final re-check on top. Where
@@ -186,12 +191,13 @@ class Reduction:
         self.cause_method = "fp32" if getattr(oracle, "computes_exactly", False) else "reference"
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
+        self.overflow_check: tuple[frozenset[int], Verdict | None] | None = None  # see overflow_carries
 
     def use_store(self, store: ActivationStore) -> None:
         """The full reference store, once captured (a command's first check ran against the inputs alone):
         what was worked out from the store before is worked out again."""
         self.store = store
-        for name in ("range_bound", "beyond_target", "faithful_bound"):
+        for name in ("range_bound", "beyond_target", "faithful_bound", "overflow_carries"):
             self.__dict__.pop(name, None)
 
     # -- judging ---------------------------------------------------------------------------------
@@ -442,7 +448,30 @@ class Reduction:
             return False
         if signature.names_a_message:
             return False
-        return signature.kind != "command" or not self.beyond_target
+        return signature.kind != "command" or not self.beyond_target or self.overflow_carries is False
+
+    @cached_property
+    def overflow_carries(self) -> bool | None:
+        """A command whose reference leaves fp16's range: whether the whole model, with every value beyond that
+        range fed from the reference (the nodes that compute one, and all that read one), stops failing. One
+        check that tests the hint: True, the failure is the overflow (its repro is the onset); False, the values
+        out of range do no harm (magika in fp16-storage: a tolerance failure), so its cause is sought as any
+        tolerance failure's; None, it could not be run (the hint stands)."""
+        if not self.beyond_target or not (self.original and self.original.failing):
+            return None
+        region = self.exact_region(frozenset(self.beyond_target))
+        try:
+            verdict = self._counterfactual_verdict(counterfactual.CounterfactualRun("without", region))
+        except LookupError:  # the out-of-range values reach every output: fp16 cannot compute them at all
+            self.overflow_check = (region, None)
+            return True
+        self.overflow_check = (region, verdict)
+        return None if verdict is None else not counterfactual.still_fails(self.original, verdict)
+
+    @property
+    def overflow_region(self) -> frozenset[int]:
+        """The nodes that compute or read the values beyond the target's range, where shown to carry the failure."""
+        return self.overflow_check[0] if self.overflow_check and self.overflow_carries is True else frozenset()
 
     def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
         """What computing `nodes` exactly takes: they, and every node that reads a value of theirs the target
@@ -485,10 +514,16 @@ class Reduction:
             self._strategy = strategy
 
     def _counterfactual_check(self, run: CounterfactualRun) -> Verdict | None:
-        if run.kind == "downstream" and counterfactual.downstream(self.model, run.nodes) == self.model.original_nodes:
+        below = counterfactual.downstream(self.model, run.nodes) if run.kind == "downstream" else None
+        if below == self.model.original_nodes:
             # the repro and all below it is the whole model: its verdict is the first check's, already run
             self.counters.cache_hits += 1
             return self.original
+        if below == run.nodes:
+            # nothing lies below: the run is the repro alone, fed the reference, which its own check judged (a
+            # last node that fails alone by rounding would otherwise pass a `without` run that is no run at all:
+            # it computes every output, so they are the reference's)
+            return self.judge(Candidate(run.nodes))
 
         def build():
             built = counterfactual.build(run, self.model, self.store)
@@ -537,7 +572,8 @@ class Reduction:
         started, nodes_before = time.perf_counter(), self.size(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
-                                self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause)
+                                self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
+                                self.overflow_region)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)
@@ -568,6 +604,9 @@ class Reduction:
                     stats.nodes_removed += self.size(self.best) - self.size(candidate)
                     self._accept(candidate, verdict, strategy.name)
                     context.failing_outputs = verdict.signature.outputs
+                    if self.check_budget is not None and 1 < self.size(candidate) <= SMALL_CAUSE and (
+                            self.proves_cause or self.overflow_region):
+                        raise SearchStopped("small")
                 batch = proposals.send(winner)
         except StopIteration:
             return self._end_turn(strategy, budget, nodes_before, finished=True)

@@ -457,8 +457,10 @@ def _figures(reduction: Reduction, started: float) -> dict:
 
 
 # where the default search ends by design (not a limit the user set): the result is "reduced"
-DEFAULT_STOPS = ("check-budget", "spread")
-STOP_MESSAGES = {"spread": "the error is spread over the shortest stretch that carries it ({nodes} nodes): the "
+DEFAULT_STOPS = ("check-budget", "spread", "small")
+STOP_MESSAGES = {"small": "a proven cause of {nodes} nodes: the default search ends here (--minimal tries removing "
+                          "each of them)",
+                 "spread": "the error is spread over the shortest stretch that carries it ({nodes} nodes): the "
                            "default search ends here (--minimal looks for a smaller scattered set, at many checks)"}
 
 
@@ -472,14 +474,29 @@ def cause_report(reduction: Reduction) -> dict | None:
             return None  # a build or runtime error is its own proof
         if signature.names_a_message:
             return None  # an error, its own proof
-        return {"method": "onset", "checked": False,  # a NaN/Inf: the repro is where values leave the range
-                "assumed": signature.kind == "command",  # a command's failure taken for an overflow (a hint)
+        data = {"method": "onset", "checked": False,  # a NaN/Inf: the repro is where values leave the range
+                # a command's failure taken for an overflow: a hint, unless its test showed it
+                "assumed": signature.kind == "command" and reduction.overflow_carries is not True,
                 "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                     reduction.oracle.max_abs_value)}
+        if signature.kind == "command" and reduction.overflow_check is not None:
+            region, verdict = reduction.overflow_check
+            data["overflow"] = {"carries": reduction.overflow_carries, "exact_nodes": len(region),
+                                "failing_elements_before": reduction.original.elements,
+                                # None: the values out of range reach every output (nothing left to run)
+                                "failing_elements_after": (verdict.elements if verdict.failing else 0)
+                                if verdict is not None else None,
+                                "reaches_every_output": verdict is None}
+        return data
     proof = reduction.proofs.get(reduction.best.nodes)
     if proof is None and reduction.best.nodes == reduction.model.original_nodes:
         proof = reduction.proof(reduction.best)  # nothing removed: the whole model carries it, no check
     data = {"checked": proof is not None}
+    if reduction.overflow_check is not None:  # the overflow hint tested, and refuted: see overflow_carries
+        region, verdict = reduction.overflow_check
+        data["overflow"] = {"carries": False, "exact_nodes": len(region),
+                            "failing_elements_before": reduction.original.elements,
+                            "failing_elements_after": verdict.elements if verdict and verdict.failing else 0}
     if proof is not None:
         data.update(proof.to_json(reduction.original))
         data["in_words"] = counterfactual.one_line(proof, reduction.original, reduction.model)

@@ -12,6 +12,7 @@ BUILTIN_STRATEGIES = {
     "localize": "strategies.localize:FirstDivergence",
     "cone": "strategies.cone:ConeOfInfluence",
     "origin": "strategies.origin:FailureOrigin",
+    "overflow": "strategies.overflow:OverflowOnset",
     "bisect": "strategies.bisect:BoundaryBisection",
     "prefix": "strategies.prefix:ShortestFailingPrefix",
     "suffix": "strategies.suffix:ShortestFailingSuffix",
@@ -28,8 +29,8 @@ BUILTIN_STRATEGIES = {
     "bodies": "strategies.bodies:ReduceBodies",
 }
 # the top level first: the nodes inside an If that must stay (bodies) are cut once little is left around it
-DEFAULT_ORDER = ("branches", "cone", "origin", "localize", "singletons", "prefix", "suffix", "bodies", "ddmin",
-                 "regions", "linear")
+DEFAULT_ORDER = ("branches", "cone", "overflow", "origin", "localize", "singletons", "prefix", "suffix", "bodies",
+                 "ddmin", "regions", "linear")
 
 
 def available() -> dict[str, str]:

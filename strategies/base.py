@@ -64,6 +64,9 @@ class SearchContext:
     checkable: Callable[[Candidate], bool] = lambda candidate: True
     # whether the failure is numeric and its cause is to be proven (Exact is answered); False for errors
     proves_cause: bool = False
+    # nodes shown to carry an overflow: with the values beyond the target's range (these nodes compute or
+    # read them) fed from the reference, the whole model stops failing. Empty where not shown.
+    overflow_region: frozenset[int] = frozenset()
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer_in(name, current.nodes) for name in self.failing_outputs}

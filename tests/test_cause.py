@@ -208,3 +208,107 @@ def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted,
         assert reduction.counters.checks - before == 1  # the `without` run only
     finally:
         reduction.close()
+
+
+def overflow_model(path: Path, padding: int = 24, harmless: bool = False) -> dict[str, str]:
+    """x in 0.3..1 (1x16) through `padding` harmless Abs/Relu nodes, then two Muls by 1000: the second computes
+    3e5..1e6, beyond fp16's 65504 (Inf there), and a Mul by 1e-3 brings it back in range in fp32 only (a Relu
+last). With
+    `harmless`, a Sigmoid reads the out-of-range value instead (1.0 from 1e6 and from Inf alike) and the
+    failure is planted elsewhere: a Mul by 1.0003 (fp16: 1.0) then a Sub of x itself, which leaves 3e-4 * x
+    in fp32 and 0 in fp16 (a cancellation, wrong in every element and in range everywhere)."""
+    nodes, last = [], "x"
+    for i in range(padding):
+        op = "Abs" if i % 2 == 0 else "Relu"
+        nodes.append(helper.make_node(op, [last], [f"p{i}"], name=f"pad_{i}_{op.lower()}"))
+        last = f"p{i}"
+    nodes += [helper.make_node("Mul", [last, "thousand"], ["k"], name="scale_up"),
+              helper.make_node("Mul", ["k", "thousand"], ["big"], name="overflow")]
+    if harmless:
+        nodes += [helper.make_node("Sigmoid", ["big"], ["one"], name="saturate"),
+                  helper.make_node("Mul", [last, "gain"], ["g"], name="gain"),
+                  helper.make_node("Sub", ["g", last], ["tiny"], name="cancel"),
+                  helper.make_node("Mul", ["tiny", "ten_k"], ["d"], name="magnify"),
+                  helper.make_node("Add", ["one", "d"], ["y"], name="join")]
+    else:
+        nodes += [helper.make_node("Mul", ["big", "milli"], ["back"], name="scale_down"),
+                  helper.make_node("Relu", ["back"], ["y"], name="last")]
+    initializers = [_const("thousand", [1000.0]), _const("milli", [1e-3]), _const("gain", [1.0003]),
+                    _const("ten_k", [1e4])]
+    graph = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(7).uniform(0.3, 1.0, size=(1, 16)).astype(np.float32))
+    return {"overflow": "overflow", "cause": "cancel"}
+
+
+def fp16_command(fail_on: str = "tolerance") -> list[str]:
+    """A --check command that rounds every tensor to fp16 without saying so: its precision is unknown here."""
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    return ["--fail-code", "1", "--check", sys.executable, str(check_script), "{model}", "{inputs}",
+            "--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", fail_on, "--atol", "0.01", "--rtol", "0.01"]
+
+
+def test_an_overflow_shown_to_carry_a_commands_failure_is_reduced_to_its_onset_in_few_checks(tmp_path):
+    """The reference leaves fp16's range, and the command's precision is unknown: one check tests the hint
+    (the whole model with the out-of-range values fed from the reference passes), and the first node that
+    computes one, fed values fp16 holds, is the repro. The checks do not grow with the model."""
+    path = tmp_path / "overflow.onnx"
+    names = overflow_model(path)
+    report = reduce(tmp_path, path, *fp16_command())
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert kept_names(tmp_path) == [names["overflow"]]
+    cause = report["cause"]
+    assert cause["method"] == "onset" and not cause["assumed"]
+    overflow = cause["overflow"]
+    assert overflow["carries"] and overflow["failing_elements_after"] == 0 < overflow["failing_elements_before"]
+    # the whole model, the hint's test, the onset alone, the final re-check
+    assert report["checks"] <= 4, report["checks"]
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text()
+    assert "An fp16 overflow, shown" in md.split("**Reproduce**")[0]
+
+
+def test_a_harmless_overflow_is_only_a_hint_and_the_cause_is_proven(tmp_path):
+    """Values beyond fp16's range that do no harm (a Sigmoid saturates on them): the hint's test refutes it,
+    so the failure's cause is sought and proven as a tolerance failure's, not taken for the overflow's onset."""
+    path = tmp_path / "harmless.onnx"
+    names = overflow_model(path, harmless=True)
+    report = reduce(tmp_path, path, *fp16_command())
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    kept = kept_names(tmp_path)
+    assert names["cause"] in kept and names["overflow"] not in kept, kept
+    cause = report["cause"]
+    assert cause["method"] == "reference" and cause["holds"]
+    assert cause["overflow"]["carries"] is False
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text()
+    assert "Not an overflow" in md.split("**Reproduce**")[0]
+
+
+def test_a_last_node_that_computes_every_output_is_proven_by_its_own_failure_not_by_default(planted, tmp_path):
+    """Fed from the reference, the node that computes the only output makes the `without` run the reference
+    itself (nothing left to run: no longer a model without outputs, whose load error was taken for the
+    failure). Its proof then rests on the repro alone failing as the whole model does: the last Add, whose
+    fp16 rounding stays within tolerance, is no cause; the BatchNormalization that collapses still is."""
+    from reducer.candidate import Candidate
+    from reducer.driver import Progress, Reduction
+    from reducer.options import InputOptions, OracleOptions, build_oracle
+    from reducer.session import prepare
+
+    path, names = planted
+    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
+                           Progress())
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    options = OracleOptions(fail_code=[1], check_command=[
+        sys.executable, str(check_script), "{model}", "{inputs}", *FP16])
+    reduction = Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        last = reduction.proof(Candidate(frozenset({index["join"]})))
+        assert not last.holds and last.verdicts["without"] is None, last.verdicts
+        tail = frozenset({index["cause_bn"], index["squash"], index["join"]})
+        assert reduction.proof(Candidate(tail)).holds
+    finally:
+        reduction.close()
