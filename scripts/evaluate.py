@@ -141,7 +141,7 @@ def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float) -> di
                   one_minimal=report.get("one_minimal"), cause_method=cause.get("method"),
                   cause_holds=cause.get("holds"), elements_before=cause.get("failing_elements_before"),
                   elements_after=cause.get("failing_elements_after"), spread=cause.get("spread"),
-                  bystanders=len(cause.get("bystanders") or []),
+                  bystanders=len(cause.get("bystanders") or []), overflow=cause.get("overflow"),
                   kept=[node.name for node in onnx.load(str(out / "minimal.onnx")).graph.node]
                   if (out / "minimal.onnx").exists() else None)
     return result
@@ -182,7 +182,7 @@ def cause_cell(run: dict | None) -> str:
     if not run or run.get("cause_method") is None:
         return "-"
     if run["cause_method"] == "onset":
-        return "onset (NaN/Inf)"
+        return "onset (NaN/Inf)" + (", overflow shown" if (run.get("overflow") or {}).get("carries") else "")
     if not run.get("cause_holds"):
         return "NOT shown"
     counted = (f", {run['elements_after']} of {run['elements_before']} left"
