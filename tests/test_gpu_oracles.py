@@ -200,7 +200,8 @@ def test_check_candidate_script_matches_runner_errors(tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # an IR version every ONNX Runtime here reads (a newer onnx writes one an older runtime refuses first)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model.graph.node[0].op_type = "NoSuchOp"  # ONNX Runtime refuses it: a real runner error
     onnx.save(model, str(tmp_path / "m.onnx"))
     np.savez(tmp_path / "in.npz", x=np.ones(2, np.float32))
