@@ -77,6 +77,15 @@ def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     """The nodes and all that lies below them: what the proof's second run computes."""
     # one traversal from all of them at once (a descendants call per node is quadratic on a long prefix)
     below = set(nodes) | {reader for _, reader in nx.edge_bfs(model.dag, source=list(nodes))}
+    # and the Constants (and what computes only from them) that feed it: no input reaches them, so the target
+    # computes them as in the whole model; fed from the reference instead, a prefix's run would differ from the
+    # whole model's by them alone, and cost a check of its own
+    constant, pending = model.input_independent, list(below)
+    while pending:
+        for feeder in model.dag.predecessors(pending.pop()):
+            if feeder in constant and feeder not in below:
+                below.add(feeder)
+                pending.append(feeder)
     # an inlined If (unrolled Loop) and its nodes read the same tensors and write the same outputs: one of the
     # two, the control flow where the repro holds it, else its inlined nodes (the whole model's flat form)
     for parent in sorted(model.inlined, reverse=True):  # inner ones come first in the order: outer first here

@@ -622,14 +622,15 @@ class Reduction:
                            "removed": nodes_before - self.size(self.best), "finished": finished})
         return finished
 
-    def _stop_if_spent(self, window: int) -> int:
+    def _stop_if_spent(self, window: int, reserve: int = 0) -> int:
         """How many of the next `window` candidates may be checked; SearchStopped when none may. One
-        check is kept back for the final re-check, so --max-checks bounds the whole run."""
+        check is kept back for the final re-check, so --max-checks bounds the whole run, and `reserve` more
+        for what a candidate found failing costs after its own check (its proof's runs)."""
         if self.limits.time_limit is not None and time.perf_counter() - self.started >= self.limits.time_limit:
             raise SearchStopped("time-limit")
         for limit, name in ((self.limits.max_checks, "max-checks"), (self.check_budget, "check-budget")):
             if limit is not None:
-                left = limit - 1 - self.counters.checks
+                left = limit - 1 - reserve - self.counters.checks
                 if left <= 0:
                     raise SearchStopped(name)
                 window = min(window, left)
@@ -660,7 +661,8 @@ class Reduction:
         of candidates is checked at once; the answer is the one checking them in order would give."""
         start = 0
         while start < len(batch):
-            window = batch[start : start + self._stop_if_spent(self.jobs)]
+            proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
+            window = batch[start : start + self._stop_if_spent(self.jobs, proof_runs)]
             verdicts = self.judge_all(window)
             self.progress.update(self.size(self.best), self.counters, strategy)
             for offset, (candidate, verdict) in enumerate(zip(window, verdicts, strict=True)):

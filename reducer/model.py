@@ -212,6 +212,15 @@ class Model:
         return {name: tuple(indices) for name, indices in found.items()}
 
     @cached_property
+    def input_independent(self) -> frozenset[int]:
+        """Nodes whose values no graph input reaches (Constants, and what computes only from them): any run of
+        the model computes them alike, outside control flow (an If or Loop, and its inlined nodes, excluded)."""
+        readers = [i for i, reads in enumerate(self.node_reads) if any(r in self.graph_inputs for r in reads)]
+        reached = set(readers) | {reader for _, reader in nx.edge_bfs(self.dag, source=readers)} if readers else set()
+        return frozenset(i for i in range(len(self.nodes)) if i not in reached and i not in self.inlined
+                         and i not in self.inlined_into)
+
+    @cached_property
     def dag(self) -> nx.DiGraph:
         """Node indices, an edge where one node's output is read by another (from each of its writers)."""
         graph = nx.DiGraph()

@@ -312,3 +312,26 @@ def test_a_last_node_that_computes_every_output_is_proven_by_its_own_failure_not
         assert reduction.proof(Candidate(tail)).holds
     finally:
         reduction.close()
+
+
+def test_a_prefixs_downstream_run_takes_the_constants_it_reads(tmp_path):
+    """The Constants a repro's downstream run reads are computed by the target there, as in the whole model: fed
+    from the reference instead, a prefix's run would differ from the whole model's by them alone (and under O3,
+    by the folding they allow), and cost a check where the first check's verdict already answers."""
+    from reducer import counterfactual
+    from reducer.model import load_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Constant", [], ["c"], name="const", value=_const("c_value", [2.0])),
+             helper.make_node("Neg", ["c"], ["nc"], name="const_neg"),  # computed from the Constant alone
+             helper.make_node("Mul", ["r", "nc"], ["y"], name="scale")]
+    graph = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    path = tmp_path / "constants.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    index = {node.name: i for i, node in enumerate(model.nodes)}
+    assert model.input_independent == frozenset({index["const"], index["const_neg"]})
+    assert counterfactual.downstream(model, frozenset({index["relu"]})) == model.original_nodes
+    assert counterfactual.downstream(model, frozenset({index["scale"]})) == frozenset({index["scale"]} | {
+        index["const"], index["const_neg"]})
