@@ -192,6 +192,8 @@ class Reduction:
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
         self.overflow_check: tuple[frozenset[int], Verdict | None] | None = None  # see overflow_carries
+        # node sets shown not to carry the failure: the whole model, with them computed exactly, still fails
+        self.not_carrying: list[frozenset[int]] = []
 
     def use_store(self, store: ActivationStore) -> None:
         """The full reference store, once captured (a command's first check ran against the inputs alone):
@@ -491,6 +493,8 @@ class Reduction:
                                                                self._counterfactual_verdict, exact)
                 if not self.proofs[nodes].holds:
                     self.bystanders.append(self.proofs[nodes])
+                    if "downstream" not in self.proofs[nodes].verdicts:  # its first run: it still fails
+                        self.not_carrying.append(exact)
         return self.proofs[nodes]
 
     def still_fails_with_exact(self, nodes: frozenset[int]) -> bool | None:
@@ -503,7 +507,10 @@ class Reduction:
             verdict = self._counterfactual_verdict(run)
         except LookupError:  # everything exact: the reference itself
             return False
-        return counterfactual.still_fails(self.original, verdict)
+        failing = counterfactual.still_fails(self.original, verdict)
+        if failing:
+            self.not_carrying.append(run.nodes)
+        return failing
 
     def _counterfactual_verdict(self, run: CounterfactualRun) -> Verdict | None:
         """One run of the proof, counted under "cause" (not the strategy that asked), and cached."""
@@ -659,20 +666,30 @@ class Reduction:
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
         of candidates is checked at once; the answer is the one checking them in order would give."""
+        pending = [(index, c) for index, c in enumerate(batch) if not self._cannot_carry(c)]
         start = 0
-        while start < len(batch):
+        while start < len(pending):
             proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
-            window = batch[start : start + self._stop_if_spent(self.jobs, proof_runs)]
-            verdicts = self.judge_all(window)
+            window = pending[start : start + self._stop_if_spent(self.jobs, proof_runs)]
+            verdicts = self.judge_all([candidate for _, candidate in window])
             self.progress.update(self.size(self.best), self.counters, strategy)
-            for offset, (candidate, verdict) in enumerate(zip(window, verdicts, strict=True)):
+            for (index, candidate), verdict in zip(window, verdicts, strict=True):
                 self._spend(candidate.key(), verdict)
                 if self.interesting(verdict) and (not self.proves_cause or self.proof(candidate).holds):
-                    return start + offset, verdict
+                    return index, verdict
                 if self._turn_over():
                     raise _TurnOver
             start += len(window)
         return None, None
+
+    def _cannot_carry(self, candidate: Candidate) -> bool:
+        """A candidate computed exactly within a node set already shown not to carry the failure cannot carry it
+        either (fewer nodes exact leave at least as much of the error): not worth its check. Numeric failures
+        whose cause is proven only; a smaller set that did, against that rule, is at worst a repro not found."""
+        if not self.proves_cause or not self.not_carrying:
+            return False
+        exact = self.exact_region(candidate.nodes)
+        return any(exact <= shown for shown in self.not_carrying)
 
     def _spend(self, key: str, verdict: Verdict | None) -> None:
         """Count a verdict the search has now used, in order. Budgets and yields count these rather than

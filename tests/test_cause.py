@@ -335,3 +335,31 @@ def test_a_prefixs_downstream_run_takes_the_constants_it_reads(tmp_path):
     assert counterfactual.downstream(model, frozenset({index["relu"]})) == model.original_nodes
     assert counterfactual.downstream(model, frozenset({index["scale"]})) == frozenset({index["scale"]} | {
         index["const"], index["const_neg"]})
+
+
+def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(planted, tmp_path):
+    """Computed exactly, the bystander's branch leaves the whole model failing: no subset of it can carry the
+    failure (fewer nodes exact leave at least as much error), so such a candidate is passed over unchecked,
+    while one outside it is still checked."""
+    from reducer.candidate import Candidate
+    from reducer.driver import Progress, Reduction
+    from reducer.options import InputOptions, OracleOptions, build_oracle
+    from reducer.session import prepare
+
+    path, names = planted
+    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
+                           Progress())
+    options = OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance", atol=0.01, rtol=0.01)
+    reduction = Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+    try:
+        assert reduction.start().failing and reduction.proves_cause
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        branch = frozenset({index["bystander_conv"], index["bystander_damp"]})
+        assert reduction.still_fails_with_exact(branch) is True
+        before = reduction.counters.checks
+        assert reduction._first_interesting([Candidate(frozenset({index["bystander_conv"]}))], "test") == (None, None)
+        assert reduction.counters.checks == before
+        winner, _ = reduction._first_interesting([Candidate(frozenset({index["cause_bn"]}))], "test")
+        assert winner == 0 and reduction.counters.checks > before
+    finally:
+        reduction.close()
