@@ -84,6 +84,27 @@ def check(model: Path, *flags: str) -> int:
     return done.returncode
 
 
+def in_process(path: Path, tmp_path: Path, options):
+    """The model and a Reduction of it under `options`, in this process (its reference captured): for tests of
+    the driver's proof that count its checks."""
+    from reducer.driver import Progress, Reduction
+    from reducer.options import InputOptions, build_oracle
+    from reducer.session import prepare
+
+    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
+                           Progress())
+    return model, Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+
+
+def fp16_check_options():
+    """scripts/check_candidate.py as a --check command on the fp16 runner, exit code 1 failing."""
+    from reducer.options import OracleOptions
+
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    return OracleOptions(fail_code=[1], check_command=[sys.executable, str(check_script), "{model}", "{inputs}",
+                                                       *FP16])
+
+
 @pytest.fixture
 def planted(tmp_path) -> tuple[Path, dict[str, str]]:
     path = tmp_path / "planted.onnx"
@@ -185,17 +206,9 @@ def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted,
     """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""
     from reducer.candidate import Candidate
-    from reducer.driver import Progress, Reduction
-    from reducer.options import InputOptions, OracleOptions, build_oracle
-    from reducer.session import prepare
 
     path, names = planted
-    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
-                           Progress())
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    options = OracleOptions(fail_code=[1], check_command=[
-        sys.executable, str(check_script), "{model}", "{inputs}", *FP16])
-    reduction = Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
     try:
         assert reduction.start().failing and reduction.cause_method == "reference"
         order = reduction.best.ordered()
@@ -292,17 +305,9 @@ def test_a_last_node_that_computes_every_output_is_proven_by_its_own_failure_not
     failure). Its proof then rests on the repro alone failing as the whole model does: the last Add, whose
     fp16 rounding stays within tolerance, is no cause; the BatchNormalization that collapses still is."""
     from reducer.candidate import Candidate
-    from reducer.driver import Progress, Reduction
-    from reducer.options import InputOptions, OracleOptions, build_oracle
-    from reducer.session import prepare
 
     path, names = planted
-    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
-                           Progress())
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    options = OracleOptions(fail_code=[1], check_command=[
-        sys.executable, str(check_script), "{model}", "{inputs}", *FP16])
-    reduction = Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
     try:
         assert reduction.start().failing and reduction.cause_method == "reference"
         index = {node.name: i for i, node in enumerate(model.nodes)}
@@ -342,15 +347,11 @@ def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(
     failure (fewer nodes exact leave at least as much error), so such a candidate is passed over unchecked,
     while one outside it is still checked."""
     from reducer.candidate import Candidate
-    from reducer.driver import Progress, Reduction
-    from reducer.options import InputOptions, OracleOptions, build_oracle
-    from reducer.session import prepare
+    from reducer.options import OracleOptions
 
     path, names = planted
-    model, store = prepare(str(path), InputOptions(inputs=str(path.with_suffix(".npz"))), tmp_path / "ref",
-                           Progress())
-    options = OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance", atol=0.01, rtol=0.01)
-    reduction = Reduction(model, store, build_oracle(options), tmp_path / "work", [])
+    model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
+                                                                atol=0.01, rtol=0.01))
     try:
         assert reduction.start().failing and reduction.proves_cause
         index = {node.name: i for i, node in enumerate(model.nodes)}
