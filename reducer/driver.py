@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -91,6 +92,16 @@ def default_budget(nodes: int) -> int:
     --mode=bisect), with the whole model's check, the proof of cause and the final re-check on top. Where
     1-minimality would cost more, it is the user's choice (--minimal); the report says which it got."""
     return 2 * max(1, nodes).bit_length() + 6
+
+
+class OverflowCheck(NamedTuple):
+    """The test of a command's overflow hint (Reduction.overflow_carries): the nodes that compute or read values
+    beyond fp16's range, the verdict of the whole model with them fed from the reference (None: not run), and
+    whether those values reach every output (nothing left to run)."""
+
+    region: frozenset[int]
+    verdict: Verdict | None
+    reaches_every_output: bool = False
 
 
 class SearchStopped(Exception):
@@ -191,7 +202,7 @@ class Reduction:
         self.cause_method = "fp32" if getattr(oracle, "computes_exactly", False) else "reference"
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
-        self.overflow_check: tuple[frozenset[int], Verdict | None] | None = None  # see overflow_carries
+        self.overflow_check: OverflowCheck | None = None  # see overflow_carries
         # node sets shown not to carry the failure: the whole model, with them computed exactly, still fails
         self.not_carrying: list[frozenset[int]] = []
 
@@ -199,6 +210,7 @@ class Reduction:
         """The full reference store, once captured (a command's first check ran against the inputs alone):
         what was worked out from the store before is worked out again."""
         self.store = store
+        self.overflow_check = None
         for name in ("range_bound", "beyond_target", "faithful_bound", "overflow_carries"):
             self.__dict__.pop(name, None)
 
@@ -465,15 +477,15 @@ class Reduction:
         try:
             verdict = self._counterfactual_verdict(counterfactual.CounterfactualRun("without", region))
         except LookupError:  # the out-of-range values reach every output: fp16 cannot compute them at all
-            self.overflow_check = (region, None)
+            self.overflow_check = OverflowCheck(region, None, reaches_every_output=True)
             return True
-        self.overflow_check = (region, verdict)
+        self.overflow_check = OverflowCheck(region, verdict)
         return None if verdict is None else not counterfactual.still_fails(self.original, verdict)
 
     @property
     def overflow_region(self) -> frozenset[int]:
         """The nodes that compute or read the values beyond the target's range, where shown to carry the failure."""
-        return self.overflow_check[0] if self.overflow_check and self.overflow_carries is True else frozenset()
+        return self.overflow_check.region if self.overflow_check and self.overflow_carries is True else frozenset()
 
     def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
         """What computing `nodes` exactly takes: they, and every node that reads a value of theirs the target
@@ -667,9 +679,9 @@ class Reduction:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
         of candidates is checked at once; the answer is the one checking them in order would give."""
         pending = [(index, c) for index, c in enumerate(batch) if not self._cannot_carry(c)]
+        proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
         start = 0
         while start < len(pending):
-            proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
             window = pending[start : start + self._stop_if_spent(self.jobs, proof_runs)]
             verdicts = self.judge_all([candidate for _, candidate in window])
             self.progress.update(self.size(self.best), self.counters, strategy)

@@ -479,24 +479,15 @@ def cause_report(reduction: Reduction) -> dict | None:
                 "assumed": signature.kind == "command" and reduction.overflow_carries is not True,
                 "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                     reduction.oracle.max_abs_value)}
-        if signature.kind == "command" and reduction.overflow_check is not None:
-            region, verdict = reduction.overflow_check
-            data["overflow"] = {"carries": reduction.overflow_carries, "exact_nodes": len(region),
-                                "failing_elements_before": reduction.original.elements,
-                                # None: the values out of range reach every output (nothing left to run)
-                                "failing_elements_after": (verdict.elements if verdict.failing else 0)
-                                if verdict is not None else None,
-                                "reaches_every_output": verdict is None}
+        if reduction.overflow_check is not None:
+            data["overflow"] = _overflow_report(reduction)
         return data
     proof = reduction.proofs.get(reduction.best.nodes)
     if proof is None and reduction.best.nodes == reduction.model.original_nodes:
         proof = reduction.proof(reduction.best)  # nothing removed: the whole model carries it, no check
     data = {"checked": proof is not None}
     if reduction.overflow_check is not None:  # the overflow hint tested, and refuted: see overflow_carries
-        region, verdict = reduction.overflow_check
-        data["overflow"] = {"carries": False, "exact_nodes": len(region),
-                            "failing_elements_before": reduction.original.elements,
-                            "failing_elements_after": verdict.elements if verdict and verdict.failing else 0}
+        data["overflow"] = _overflow_report(reduction)
     if proof is not None:
         data.update(proof.to_json(reduction.original))
         data["in_words"] = counterfactual.one_line(proof, reduction.original, reduction.model)
@@ -510,6 +501,17 @@ def cause_report(reduction: Reduction) -> dict | None:
     data["range"] = counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                reduction.oracle.max_abs_value)
     return data
+
+
+def _overflow_report(reduction: Reduction) -> dict:
+    """What the test of a command's overflow hint showed (Reduction.overflow_carries)."""
+    check = reduction.overflow_check
+    verdict = check.verdict
+    return {"carries": reduction.overflow_carries, "exact_nodes": len(check.region),
+            "failing_elements_before": reduction.original.elements,
+            # None: not run, or nothing left to run (the values out of range reach every output)
+            "failing_elements_after": None if verdict is None else verdict.elements if verdict.failing else 0,
+            "reaches_every_output": check.reaches_every_output}
 
 
 def _first_line(text: str) -> str:

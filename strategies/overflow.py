@@ -19,8 +19,7 @@ class OverflowOnset:
         region = context.overflow_region & current.nodes
         if not region or len(current) <= 1:
             return
-        first = next(n for n in context.beyond_target if n in region) if set(context.beyond_target) & region \
-            else min(region)
+        first = next((n for n in context.beyond_target if n in region), min(region))
         options = [grown(frozenset({first}), context, current), grown(region, context, current)]
         batch = list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
         if batch:
