@@ -53,9 +53,10 @@ def runs_for(method: str, nodes: frozenset[int]) -> list[CounterfactualRun]:
     return [CounterfactualRun("without", nodes), CounterfactualRun("downstream", nodes)]
 
 
-def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Materialized | None:
+def build(run: CounterfactualRun, model: Model, store: ActivationStore,
+          below: frozenset[int] | None = None) -> Materialized | None:
     """The model a run checks; None where there is nothing to run (the repro is the whole model, computes
-    every output, or has nothing downstream of it)."""
+    every output, or has nothing downstream of it). `below`: a downstream run's nodes, where already known."""
     everything = model.flat  # the whole model, its inlined Ifs as their taken branches: the same values
     if run.kind == "exact":
         built = materialize(model, Candidate(everything), store)
@@ -69,7 +70,7 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore) -> Mater
         # every output computed by the exact nodes: they are the reference's, so the model passes (a model
         # with no output would not even load, and its error would be taken for the failure)
         return built if built is not None and (built.outputs or built.unrunnable) else None
-    below = downstream(model, run.nodes)
+    below = downstream(model, run.nodes) if below is None else below
     return materialize(model, Candidate(below), store) if below != run.nodes else None
 
 

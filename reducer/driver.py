@@ -545,7 +545,7 @@ class Reduction:
             return self.judge(Candidate(run.nodes))
 
         def build():
-            built = counterfactual.build(run, self.model, self.store)
+            built = counterfactual.build(run, self.model, self.store, below)  # downstream: one traversal
             if built is None:
                 raise LookupError(run.kind)  # nothing to run: see counterfactual.judge_runs
             return built
