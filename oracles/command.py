@@ -61,7 +61,7 @@ class CommandOracle:
         if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
             raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout
-        self._running: dict[subprocess.Popen, threading.Event] = {}  # each check's "cancelled" flag
+        self._running = RunningChecks()
         self.fail_codes = fail_codes or None
         self.ignore_fail_codes = ignore_fail_codes or None
         self.fail_regexes = fail_regexes or None
@@ -101,8 +101,7 @@ class CommandOracle:
 
     def close(self) -> None:
         """A check still running (one in another thread when Ctrl-C came) is killed: it decides nothing now."""
-        for process, cancelled in list(self._running.items()):
-            _kill_group(process, cancelled)
+        self._running.close()
 
     def decide(self, code: int, output: str) -> Verdict:
         """Polygraphy's rule (polygraphy/tools/debug/subtool/iterative_debug_args.py), plus ignore-regexes."""
@@ -131,11 +130,40 @@ class CheckCancelled(RuntimeError):
     """The oracle was closed while this check ran: no verdict (none is cached)."""
 
 
-def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int | None, str, float]:
+class RunningChecks:
+    """The checks running now, each with its "cancelled" flag. Once closed, a check that starts is killed as it
+    is registered: the one alongside the reference run may still be saving its model when Ctrl-C closes the
+    oracle, and must not run on, orphaned, after the reduction has ended."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._checks: dict[subprocess.Popen, threading.Event] = {}
+        self._closed = False
+
+    def add(self, process: subprocess.Popen) -> threading.Event:
+        cancelled = threading.Event()
+        with self._lock:
+            self._checks[process] = cancelled
+            if self._closed:
+                _kill_group(process, cancelled)
+        return cancelled
+
+    def remove(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._checks.pop(process, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for process, cancelled in self._checks.items():
+                _kill_group(process, cancelled)
+
+
+def _run(argv: list[str], cwd: Path, timeout: float, running: RunningChecks) -> tuple[int | None, str, float]:
     start = time.perf_counter()
     log_path = cwd / "check.log"
     with open(log_path, "wb") as log:
-        process, cancelled, expired, timer = None, threading.Event(), threading.Event(), None
+        process, cancelled, expired, timer = None, None, threading.Event(), None
         try:
             # an interrupt between the spawn and the wait would leave the check running, orphaned: held back
             # until it is registered (raised then, and the check's group killed below)
@@ -145,7 +173,7 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int
                                                stdin=subprocess.DEVNULL, start_new_session=True)
                 except OSError as exc:
                     raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
-                running[process] = cancelled  # at once: close() may come before the timer starts
+                cancelled = running.add(process)  # at once: close() may come before the timer starts
                 # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
                 timer = threading.Timer(timeout, _kill_group, (process, expired))
                 timer.start()
@@ -159,10 +187,10 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: dict) -> tuple[int
             if timer is not None:
                 timer.cancel()
             if process is not None:
-                running.pop(process, None)
+                running.remove(process)
                 _kill_group(process)  # what it left running in the background (`cmd &`) ends with it
                 code = process.wait()
-        if cancelled.is_set():
+        if cancelled is not None and cancelled.is_set():
             raise CheckCancelled(f"'{argv[0]}' was stopped: the reduction is closing")
         code = None if expired.is_set() else code
     output = log_path.read_bytes()[-LOG_TAIL_CHARS:].decode(errors="replace")

@@ -209,6 +209,22 @@ def test_closing_the_oracle_cancels_a_running_check_without_a_verdict(job, tmp_p
     assert [p for p in numbers if _alive(p)] == []
 
 
+def test_a_check_that_starts_after_the_oracle_closed_is_cancelled_at_once(job, tmp_path):
+    """Ctrl-C (or SIGTERM from a dying batch worker) can close the oracle while the check alongside the reference
+    run is still saving its model: the check it then starts must not run on, orphaned, after the reduction."""
+    from oracles.command import CheckCancelled
+
+    started = tmp_path / "started"
+    oracle = _oracle(argv=["sh", "-c", f"echo $$ > {started}; sleep 30"], timeout=60)
+    oracle.close()
+    start = time.perf_counter()
+    with pytest.raises(CheckCancelled):
+        oracle.judge(job)
+    assert time.perf_counter() - start < 5
+    pid = int(started.read_text()) if started.exists() else None
+    assert pid is None or not _alive(pid)
+
+
 def test_a_command_that_segfaults_is_a_crash(job):
     argv = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
     verdict = _oracle(argv=argv).judge(job)
