@@ -1,11 +1,18 @@
 """The onset of an overflow the driver has shown to carry the failure: a command whose reference leaves
 fp16's range, and whose whole model stops failing with those values fed from the reference (one check:
-Reduction.overflow_carries). The nodes that compute or read them are where the failure is; the first that
+Reduction.overflow_carries). The nodes that compute or read them are where the failure is. The first that
 computes one is tried alone, grown upwards until what feeds it is faithful (the onset), then the whole
-out-of-range region, grown alike. Bisection of where some failure shows would stop at whatever fails alone
-first, by rounding too; this goes where the failure was shown to be, in one or two checks."""
+out-of-range region, grown alike. Bisection of where *some* failure shows would stop at whatever fails alone
+first, by rounding too; this goes where the failure was shown to be, in one or two checks.
+
+Where neither fails, the failure shows below the region: an Inf scaled back down holds a value in range in
+the reference, and the NaN a check looks for appears at a node that reads it (the next subtraction or
+normalisation), which no out-of-range value reaches. The onset then grows along what it reaches, galloping
+(1, 3, 7 ... nodes more), and a bisection ends between the last that passed and the first that failed."""
 
 from __future__ import annotations
+
+import networkx as nx
 
 from reducer.candidate import Candidate
 from strategies.base import Proposals, SearchContext
@@ -20,7 +27,38 @@ class OverflowOnset:
         if not region or len(current) <= 1:
             return
         first = next((n for n in context.beyond_target if n in region), min(region))
-        options = [grown(frozenset({first}), context, current), grown(region, context, current)]
+        whole_region = grown(region, context, current)
+        options = [grown(frozenset({first}), context, current), whole_region]
         batch = list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
-        if batch:
-            yield batch
+        if not batch or (yield batch) is not None or len(whole_region) >= len(current):
+            return  # the failure is in the region (the current candidate is no more than it)
+        below = nx.descendants(context.model.dag.subgraph(current.nodes), first)
+        order = [first, *sorted((below | region) - {first})]  # node indices are topological
+
+        def onset(count: int) -> Candidate:
+            return current.keeping(grown(frozenset(order[:count]), context, current))
+
+        sizes = [1 << i for i in range(1, len(order).bit_length()) if 1 << i < len(order)] + [len(order)]
+        probes: dict[Candidate, int] = {}  # candidate -> how many nodes of `order` it starts from
+        for count in sizes:
+            candidate = onset(count)
+            if len(candidate) < len(current) and candidate not in probes and candidate not in batch:
+                probes[candidate] = count
+        if not probes:
+            return
+        gallop = list(probes)
+        winner = yield gallop
+        if winner is None:
+            return
+        current, too_many = gallop[winner], probes[gallop[winner]]
+        passed = probes[gallop[winner - 1]] if winner > 0 else 1
+        while too_many - passed > 1:
+            middle = (passed + too_many) // 2
+            candidate = onset(middle)
+            if len(candidate) >= len(current):  # grown into the current one: known to fail
+                too_many = middle
+                continue
+            if (yield [candidate]) is None:
+                passed = middle
+            else:
+                current, too_many = candidate, middle

@@ -283,6 +283,60 @@ def test_an_overflow_shown_to_carry_a_commands_failure_is_reduced_to_its_onset_i
     assert "An fp16 overflow, shown" in md.split("**Reproduce**")[0]
 
 
+NAN_ONLY_CHECK = """import sys
+import numpy as np, onnx, onnxruntime as ort
+from polygraphy.json import load_json
+sys.path.insert(0, sys.argv[3])
+from oracles.onnxruntime_runner import fp16_storage
+model = fp16_storage(onnx.load(sys.argv[1]))  # every tensor rounded to fp16: Inf where it cannot hold a value
+options = ort.SessionOptions()
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+wanted = {i.name for i in session.get_inputs()}
+outputs = session.run(None, {k: np.asarray(v) for k, v in load_json(sys.argv[2])[0].items() if k in wanted})
+sys.exit(1 if any(np.isnan(o).any() for o in outputs) else 0)
+"""
+
+
+def test_the_onset_of_an_overflow_whose_nan_shows_further_down_is_found_by_galloping(tmp_path):
+    """The overflow's first node alone gives Inf, not the NaN a user's check looks for: that shows two nodes
+    further down, at a subtraction that the reference feeds values in range (the Inf scaled back down), so no
+    out-of-range value reaches it; 17 more nodes read them. Neither the onset nor the region fails, so the
+    onset grows along what it reaches, 2, 4 nodes, then back to 3, and ends on the subtraction and its feed."""
+    nodes, last = [], "x"
+    for i in range(8):
+        op = "Abs" if i % 2 == 0 else "Relu"
+        nodes.append(helper.make_node(op, [last], [f"p{i}"], name=f"pad_{i}_{op.lower()}"))
+        last = f"p{i}"
+    nodes += [helper.make_node("Mul", [last, "thousand"], ["k"], name="scale_up"),
+              helper.make_node("Mul", ["k", "thousand"], ["big"], name="overflow"),  # 3e5..1e6: Inf in fp16
+              helper.make_node("Mul", ["big", "milli"], ["back"], name="scale_down"),  # in range; Inf in fp16
+              helper.make_node("Sub", ["back", "back"], ["zero"], name="inf_minus_inf")]  # 0, and NaN in fp16
+    last = "big"
+    for i in range(16):  # more readers of out-of-range values, each Inf in fp16
+        nodes.append(helper.make_node("Relu" if i % 2 else "Abs", [last], [f"s{i}"], name=f"spread_{i}"))
+        last = f"s{i}"
+    nodes += [helper.make_node("Mul", [last, "milli"], ["down"], name="scale_down_again"),
+              helper.make_node("Add", ["down", "zero"], ["y"], name="join")]
+    graph = helper.make_graph(nodes, "nan_below", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [_const("thousand", [1000.0]), _const("milli", [1e-3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "nan_below.onnx"
+    onnx.save(model, str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(7).uniform(0.3, 1.0, size=(1, 16)).astype(np.float32))
+    (tmp_path / "nan_only.py").write_text(NAN_ONLY_CHECK)
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(tmp_path / "nan_only.py"),
+                    "{model}", "{inputs}", str(ROOT))
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert kept_names(tmp_path) == ["overflow", "scale_down", "inf_minus_inf"]
+    assert report["cause"]["method"] == "onset" and report["cause"]["overflow"]["carries"]
+    # the whole model, the hint's test, the onset and the region (both pass), the onset with 1, 3 and 2 more
+    # nodes, the final re-check (14 checks when the generic strategies took over here)
+    assert report["checks"] <= 8, report["checks"]
+
+
 def test_a_harmless_overflow_is_only_a_hint_and_the_cause_is_proven(tmp_path):
     """Values beyond fp16's range that do no harm (a Sigmoid saturates on them): the hint's test refutes it,
     so the failure's cause is sought and proven as a tolerance failure's, not taken for the overflow's onset."""
