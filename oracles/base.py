@@ -74,6 +74,11 @@ class Signature:
     exception: str | None = None  # a command's: its last traceback's exception type, "" none; None: not recorded
 
     @property
+    def is_numeric(self) -> bool:
+        """Judged against reference values (a command's, unless its --fail-regex names a message: it may be)."""
+        return self.kind in ("nan", "tolerance") or (self.kind == "command" and not self.names_a_message)
+
+    @property
     def names_a_message(self) -> bool:
         """A command's failure that its --fail-regex matched: a message, an error as a builder's is."""
         return self.kind == "command" and self.detail.startswith("matched /")

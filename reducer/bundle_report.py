@@ -205,6 +205,8 @@ def render_markdown(report: dict, env: dict) -> str:
     lines.append(f"Run once more while bundling: {again} - {observed.get('reason', '')}")
     if report.get("target_model_note"):
         lines += ["", f"Target model: {report['target_model_note']}."]
+    if report.get("reference_outputs_note"):
+        lines += ["", f"Reference outputs: {report['reference_outputs_note']}."]
     outputs = report.get("outputs") or []
     if any("max_abs_error" in row for row in outputs):
         tolerance = options.get("fail_on") == "tolerance"

@@ -304,3 +304,55 @@ def test_the_graph_picture_of_a_large_model_stays_within_bounds(tmp_path):
     with Image.open(tmp_path / "graph.png") as image:
         image.verify()
         assert max(image.size) <= MAX_SIDE and min(image.size) > 100
+
+
+ASSERTING_CHECK = """import sys
+data = open(sys.argv[1], "rb").read()
+if b"Mul" in data or b"ScopeOp" in data:
+    print("[graphScope.cpp::812] Internal Error (Assertion newNodeOrder.size() == g.nodes.size() failed.)")
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("regex", [True, False], ids=["error", "numeric"])
+def test_an_error_is_bundled_even_where_the_reference_run_of_its_repro_fails(tmp_path, regex):
+    """SLANet's Loop, cut to one trip, trips TensorRT's assertion but fails ONNX Runtime's fp32 run, so its bundle
+    had no reference outputs and was not written. An error (a --fail-regex names the message) is judged without
+    them: the bundle is written and says why it has none. A failure that may be numeric still refuses, in one
+    line: a tolerance repro without the values it is judged against is no repro."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "r"], ["y"], name="mul")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    (tmp_path / "check.py").write_text(ASSERTING_CHECK)
+    out = tmp_path / "out"
+    check = ["--fail-code", "1", *(["--fail-regex", "Internal Error"] if regex else []),
+             "--check", sys.executable, str(tmp_path / "check.py"), "{model}"]
+    done = cli("reduce", str(tmp_path / "model.onnx"), "-o", str(out), "--no-cause-check", *check, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # the repro as the Loop cut left it: an op ONNX Runtime cannot run (checker-clean: a domain of its own)
+    scope = helper.make_node("ScopeOp", ["x"], ["scoped"], name="scope", domain="com.example")
+    graph = helper.make_graph([scope], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("scoped", TensorProto.FLOAT, [2, 3])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(out / "minimal.onnx"))
+    shutil.rmtree(out / "bundle")
+    (out / "bundle.zip").unlink()
+    done = cli("bundle", "make", str(out), cwd=tmp_path)
+    if not regex:
+        assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "the reference run of minimal.onnx fails" in done.stderr and not (out / "bundle.zip").exists()
+        return
+    assert done.returncode == 0, done.stderr
+    assert "reproduced" in done.stdout and (out / "bundle.zip").is_file()
+    report = json.loads((out / "bundle" / "report.json").read_text())
+    assert report["observed"]["reproduced"] and report["outputs"] == []
+    assert report["reference_outputs_note"].startswith("none: the reference run of minimal.onnx fails")
+    md = (out / "bundle" / "report.md").read_text()
+    assert "Reference outputs: none" in md and str(tmp_path) not in md + json.dumps(report)
+    verified = cli("bundle", "verify", str(out / "bundle.zip"), "--trust-bundle-command", cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
