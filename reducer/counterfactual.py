@@ -53,25 +53,48 @@ def runs_for(method: str, nodes: frozenset[int]) -> list[CounterfactualRun]:
     return [CounterfactualRun("without", nodes), CounterfactualRun("downstream", nodes)]
 
 
+def computed(model: Model, run: CounterfactualRun) -> frozenset[int] | None:
+    """The nodes a run computes at the target's precision, which alone make it what it is (what else it would
+    hold reaches no output): two runs that compute the same nodes are one run, checked once. A `without` run of
+    a prefix's last node and one of the whole prefix are the same where only that node's outputs cross the cut.
+    None for an `exact` run (the whole model, run by node set)."""
+    if run.kind == "downstream":
+        return downstream(model, run.nodes)
+    if run.kind == "without":
+        return live(model, model.flat - run.nodes)  # the whole model, its inlined Ifs as their taken branches
+    return None
+
+
+def live(model: Model, nodes: frozenset[int]) -> frozenset[int]:
+    """The nodes of `nodes` that some model output depends on through `nodes` alone."""
+    pending = [p for p in (model.producer_in(name, nodes) for name in model.graph_outputs) if p is not None]
+    found = set(pending)
+    while pending:
+        for name in model.node_reads[pending.pop()]:
+            feeder = model.producer_in(name, nodes)
+            if feeder is not None and feeder not in found:
+                found.add(feeder)
+                pending.append(feeder)
+    return frozenset(found)
+
+
 def build(run: CounterfactualRun, model: Model, store: ActivationStore,
-          below: frozenset[int] | None = None) -> Materialized | None:
+          nodes: frozenset[int] | None = None) -> Materialized | None:
     """The model a run checks; None where there is nothing to run (the repro is the whole model, computes
-    every output, or has nothing downstream of it). `below`: a downstream run's nodes, where already known."""
-    everything = model.flat  # the whole model, its inlined Ifs as their taken branches: the same values
+    every output, or has nothing downstream of it). `nodes`: what the run computes, where already known."""
     if run.kind == "exact":
-        built = materialize(model, Candidate(everything), store)
+        built = materialize(model, Candidate(model.flat), store)
         names = [name for index in sorted(run.nodes) if not subgraphs(model.nodes[index])
                  for name in model.node_writes[index] if _is_float(store, name)]
         built.proto.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(names))
         return built
+    nodes = computed(model, run) if nodes is None else nodes
     if run.kind == "without":
-        rest = everything - run.nodes
-        built = materialize(model, Candidate(rest), store, model_outputs_only=True) if rest else None
+        built = materialize(model, Candidate(nodes), store, model_outputs_only=True) if nodes else None
         # every output computed by the exact nodes: they are the reference's, so the model passes (a model
         # with no output would not even load, and its error would be taken for the failure)
         return built if built is not None and (built.outputs or built.unrunnable) else None
-    below = downstream(model, run.nodes) if below is None else below
-    return materialize(model, Candidate(below), store) if below != run.nodes else None
+    return materialize(model, Candidate(nodes), store) if nodes != run.nodes else None
 
 
 def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:

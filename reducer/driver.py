@@ -533,7 +533,8 @@ class Reduction:
             self._strategy = strategy
 
     def _counterfactual_check(self, run: CounterfactualRun) -> Verdict | None:
-        below = counterfactual.downstream(self.model, run.nodes) if run.kind == "downstream" else None
+        nodes = counterfactual.computed(self.model, run)  # one traversal, handed to counterfactual.build
+        below = nodes if run.kind == "downstream" else None
         if below == self.model.original_nodes:
             # the repro and all below it is the whole model: its verdict is the first check's, already run
             self.counters.cache_hits += 1
@@ -545,17 +546,19 @@ class Reduction:
             return self.judge(Candidate(run.nodes))
 
         def build():
-            built = counterfactual.build(run, self.model, self.store, below)  # downstream: one traversal
+            built = counterfactual.build(run, self.model, self.store, nodes)
             if built is None:
                 raise LookupError(run.kind)  # nothing to run: see counterfactual.judge_runs
             return built
 
-        prepared = self._prepare_built(run.key(), build, use_cache=True, faithful=False)
+        # keyed by what it computes: the same run asked for another node set is answered once
+        key = run.key() if nodes is None else f"{run.kind}:" + Candidate(nodes).key()
+        prepared = self._prepare_built(key, build, use_cache=True, faithful=False)
         if isinstance(prepared, _Pending):
             prepared.verdict = self._run_check(prepared)
             self.cache.put(prepared.key, prepared.verdict)
             prepared = prepared.verdict
-        self._spend(run.key(), prepared)
+        self._spend(key, prepared)
         return prepared
 
     def search(self) -> None:

@@ -223,6 +223,27 @@ def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted,
         reduction.close()
 
 
+def test_two_counterfactual_runs_that_compute_the_same_nodes_are_checked_once(planted, tmp_path):
+    """Fed from the reference, the BatchNormalization's output is all that its chain's nodes reach: with it fed,
+    they compute nothing an output reads. Its `without` run is then the one of the whole chain that ends at it
+    (an end-search probe), and its proof costs the `downstream` run alone."""
+    from reducer.candidate import Candidate
+
+    path, names = planted
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        chain = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_")) or name == "cause_bn")
+        assert reduction.still_fails_with_exact(chain) is False  # exact, the chain carries the failure
+        before = reduction.counters.checks
+        proof = reduction.proof(Candidate(frozenset({index[names["cause"]]})))
+        assert proof.holds, proof.verdicts
+        assert reduction.counters.checks - before == 1  # the `downstream` run only
+    finally:
+        reduction.close()
+
+
 def overflow_model(path: Path, padding: int = 24, harmless: bool = False) -> dict[str, str]:
     """x in 0.3..1 (1x16) through `padding` harmless Abs/Relu nodes, then two Muls by 1000: the second computes
     3e5..1e6, beyond fp16's 65504 (Inf there), and a Mul by 1e-3 brings it back in range in fp32 only (a Relu
