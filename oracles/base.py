@@ -179,6 +179,7 @@ class CheckJob:
     feeds: dict[str, Path]  # input name -> .npy file
     reference: dict[str, np.ndarray] | None  # output name -> value (memory-mapped); None: the oracle runs it
     workdir: Path  # private to this check
+    external_data: bool = True  # False: the model holds no tensor whose data lives in a file (none to copy)
 
 
 class Oracle(Protocol):

@@ -83,7 +83,7 @@ class CommandOracle:
         workdir = job.workdir.absolute()
         uses_model = any("{model}" in arg for arg in self.argv)
         model_path = workdir / ("model.onnx" if uses_model else POLYGRAPHY_ARTIFACT)
-        save_model(job.model, model_path)
+        save_model(job.model, model_path, external_data=job.external_data)
         inputs_path = workdir / "inputs.json"
         if any("{inputs}" in arg for arg in self.argv):
             from polygraphy.json import save_json

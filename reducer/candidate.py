@@ -539,7 +539,8 @@ def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:
     proto.ir_version = original.ir_version
     proto.producer_name = "onnx-reducer"
     proto.functions.extend(original.functions)
-    return mark_external_sources(proto, model.base_dir)  # a kept Constant's external tensor, a body's
+    # a kept Constant's external tensor, a body's (a scan of every node: only where the model has any)
+    return mark_external_sources(proto, model.base_dir) if model.external_data else proto
 
 
 def _value_info(name: str, dtype: str, shape, concrete: bool) -> onnx.ValueInfoProto:
@@ -562,7 +563,8 @@ DATA_ALIGNMENT = 1 << 16  # offsets ONNX Runtime can memory-map (its allocation 
 COPY_CHUNK = 64 << 20
 
 
-def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = False) -> Path | None:
+def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = False,
+               external_data: bool = True) -> Path | None:
     """Write atomically, checked, with only the weights the model uses. Tensors that reference another
     folder's external data (basepath: the original model's, see Model.initializer_reference) are read into
     the file when they are small, else their byte ranges are copied into PATH.data; inline weights go to
@@ -570,9 +572,12 @@ def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = Fals
     are left as they were, so that a candidate can be written again: --repeat).
     `weights_in_place`: large references are left pointing at the original files instead of copied, and
     their folder is returned: for a check whose runner reads external data from a folder it is given (ONNX
-    Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH."""
+    Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH.
+    `external_data` False: the model is known to hold none (a candidate of a model without any), so its every
+    node is not scanned for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)]
+    references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)] \
+        if external_data else []
     saved = [external_entries(tensor) for tensor in references]
     try:
         return _save(proto, path, references, weights_in_place)
@@ -591,9 +596,10 @@ def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto]
     if any(not info.basepath for info in infos):
         raise ValueError("save_model: an external tensor with no basepath (where its data lives is unknown)")
     lengths = [_byte_length(info) for info in infos]
-    inline = sum(lengths) <= INLINE_WEIGHT_BYTES and proto.ByteSize() + sum(lengths) <= TWO_GIB_MARGIN
+    size = proto.ByteSize()  # a walk of the whole message: once (40 ms for 50k nodes)
+    inline = sum(lengths) <= INLINE_WEIGHT_BYTES and size + sum(lengths) <= TWO_GIB_MARGIN
     folders = {info.basepath for info in infos}
-    if weights_in_place and not inline and len(folders) == 1 and proto.ByteSize() <= TWO_GIB_MARGIN:
+    if weights_in_place and not inline and len(folders) == 1 and size <= TWO_GIB_MARGIN:
         for tensor in references:  # the original location, offset and length: read where they are
             set_external_entries(tensor, external_entries(tensor, but="basepath"))
         onnx.checker.check_model(_without_external_data(proto))  # the weights were checked with the model
@@ -605,10 +611,11 @@ def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto]
     if inline:
         for tensor, info in zip(references, infos, strict=True):
             external_data_helper.load_external_data_for_tensor(tensor, info.basepath)
+        size += sum(lengths)
     else:
         _copy_ranges(references, infos, lengths, data)
         side_file = True
-    if proto.ByteSize() > TWO_GIB_MARGIN:  # inline tensors (filled, cut) past the limit: onnx appends them
+    if size > TWO_GIB_MARGIN:  # inline tensors (filled, cut) past the limit: onnx appends them
         for tensor in all_tensors(proto.graph):
             if tensor.HasField("raw_data") and len(tensor.raw_data) >= 1024:
                 external_data_helper.set_external_data(tensor, data.name)

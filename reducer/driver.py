@@ -275,6 +275,7 @@ class Reduction:
                 if built.reference_name(name) in self.store
             },
             workdir=workdir,
+            external_data=self.model.external_data,
         )
         return _Pending(key, job, built)
 
@@ -369,7 +370,7 @@ class Reduction:
                                                      for name in built.fed},
                            reference={name: self.store.load(built.reference_name(name)) for name in built.outputs
                                       if built.reference_name(name) in self.store},
-                           workdir=folder)
+                           workdir=folder, external_data=self.model.external_data)
             result, verdict = observe(job)
             shutil.rmtree(folder, ignore_errors=True)
             stats.probe_pieces += 1
@@ -736,7 +737,7 @@ class Reduction:
     def write_best(self) -> Path:
         built = materialize(self.model, self.best, self.store)
         path = self.out_dir / MINIMAL
-        save_model(built.proto, path)
+        save_model(built.proto, path, external_data=self.model.external_data)
         return path
 
     def write_best_inputs(self) -> Path:

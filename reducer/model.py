@@ -142,6 +142,7 @@ class Model:
     top_level: frozenset[int] | None = None  # the original graph's nodes (None: all of them)
     # a kept Loop's index -> the most iterations it ran in the reference (exact, or its trip count), where known
     iterations: dict[int, int] = field(default_factory=dict)
+    external_data: bool = True  # whether any tensor (bodies' too) keeps its data in a file: False skips the scans
 
     @property
     def base_dir(self) -> Path:
@@ -251,7 +252,8 @@ class Model:
         is read), with the model's folder as its basepath, for save_model to copy just those bytes."""
         tensor = onnx.TensorProto()
         tensor.CopyFrom(self.initializers[name])
-        mark_external_source(tensor, self.base_dir)
+        if self.external_data:
+            mark_external_source(tensor, self.base_dir)
         return tensor
 
     @cached_property
@@ -327,7 +329,7 @@ def load_model(path: str | os.PathLike) -> Model:
         initializers=initializers,
         graph_inputs=graph_inputs,
         graph_outputs=[o.name for o in graph.output],
-        fingerprint=_fingerprint(path, external_files),
+        fingerprint=_fingerprint(path, external_files), external_data=bool(external_files),
     )
     model.value_types = _infer_types(proto)
     return model
@@ -668,7 +670,7 @@ def inline_taken_branches(model: Model, taken: dict[int, bool], iterations: dict
         node_reads=[tuple(n for n in [*node.input, *outer_reads(node)] if n) for node in nodes],
         node_writes=writes, producer=producer, initializers=initializers, graph_inputs=model.graph_inputs,
         graph_outputs=model.graph_outputs, fingerprint=model.fingerprint, value_types=model.value_types,
-        inlined=inlined, top_level=original,
+        inlined=inlined, top_level=original, external_data=model.external_data,
     )
 
 

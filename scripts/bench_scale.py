@@ -228,7 +228,8 @@ def candidate_overhead(reduction) -> dict[int, float]:
             start = time.perf_counter()
             pending = reduction._prepare(Candidate(frozenset(range(shift, shift + size))), True, False)
             pending.job.workdir.mkdir(parents=True, exist_ok=True)
-            save_model(pending.job.model, pending.job.workdir / "candidate.onnx")
+            save_model(pending.job.model, pending.job.workdir / "candidate.onnx",
+                       external_data=pending.job.external_data)
             times.append(time.perf_counter() - start)
             shutil.rmtree(pending.job.workdir)
         measured[size] = statistics.median(times) * 1000
