@@ -1,0 +1,105 @@
+"""The driver's own overhead per candidate at scale, side by side for two or more checkouts in one run: what
+a change to materialize, key, feeds or save_model buys, with the anchor measured on the same machine at the
+same time (checkouts run in turn, `--rounds` times, so that a noisy neighbour weighs on each alike).
+
+    python scripts/bench_overhead.py ANCHOR_CHECKOUT .          # e.g. a `git worktree` of the commit before
+    python scripts/bench_overhead.py . --nodes 10000 --rounds 1
+
+The graph is bench_scale.py's transformer; a candidate of k nodes is the first k in topological order (above
+the planted overflow: faithful), made ready for a check as the reduction does and saved as the oracle saves
+it. Each checkout, in its own process, reports the median of 5 candidates per size; the table gives the
+median over the rounds, in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(nodes: int, folder: Path) -> dict[int, float]:
+    """In the checkout this process imports: ms per candidate of each size, the median of 5."""
+    from reducer.candidate import Candidate, save_model
+    from reducer.driver import Progress, Reduction
+    from reducer.options import InputOptions, OracleOptions, build_oracle
+    from reducer.session import prepare
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_scale
+
+    path, inputs = folder / f"transformer{nodes}.onnx", folder / f"transformer{nodes}_inputs.npz"
+    if not path.exists():
+        bench_scale.write_case("transformer", nodes, folder)
+    work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    try:
+        model, store = prepare(str(path), InputOptions(inputs=str(inputs)), work / "ref", Progress())
+        oracle = build_oracle(OracleOptions(runner=bench_scale.RUNNER, fail_on="nan"))
+        reduction = Reduction(model, store, oracle, work / "checks", [])
+        # save_model as the oracles call it (an older checkout's takes no `external_data`)
+        hint = "external_data" in inspect.signature(save_model).parameters
+        measured = {}
+        for size in sorted({1, 1000, 10000, len(model) // 2}):
+            if size > len(model) // 2:
+                continue
+            times = []
+            for shift in range(5):
+                start = time.perf_counter()
+                pending = reduction._prepare(Candidate(frozenset(range(shift, shift + size))), True, False)
+                pending.job.workdir.mkdir(parents=True, exist_ok=True)
+                extra = {"external_data": pending.job.external_data} if hint else {}
+                save_model(pending.job.model, pending.job.workdir / "candidate.onnx", **extra)
+                times.append(time.perf_counter() - start)
+                shutil.rmtree(pending.job.workdir)
+            measured[size] = statistics.median(times) * 1000
+        oracle.close()
+        import reducer
+
+        here = Path(os.environ["PYTHONPATH"]).resolve()
+        assert Path(reducer.__file__).resolve().is_relative_to(here), reducer.__file__  # the checkout asked for
+        return measured
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkouts", nargs="+", help="folders of onnx-reducer checkouts (the anchor first)")
+    parser.add_argument("--nodes", type=int, default=100001)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure here, print JSON
+    args = parser.parse_args()
+    folder = ROOT / "out" / "scale"
+    if args.one:
+        print(json.dumps(measure(args.nodes, folder)))
+        return 0
+    runs: dict[str, list[dict]] = {c: [] for c in args.checkouts}
+    for _ in range(args.rounds):
+        for checkout in args.checkouts:
+            env = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())}  # its `reducer`, not this one's
+            done = subprocess.run([sys.executable, __file__, ".", "--one", "1", "--nodes", str(args.nodes)],
+                                  env=env, capture_output=True, text=True, check=True)
+            runs[checkout].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    sizes = sorted({int(k) for r in runs.values() for m in r for k in m})
+    print(f"| commit | {' | '.join(f'{s} nodes' for s in sizes)} |")
+    print("|---|" + "---:|" * len(sizes))
+    for checkout, measured in runs.items():
+        commit = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "?"
+        cells = [f"{statistics.median(m[str(s)] for m in measured):.1f}" for s in sizes]
+        print(f"| {commit} | {' | '.join(cells)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
