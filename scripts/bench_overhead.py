@@ -14,7 +14,6 @@ median over the rounds, in ms.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import shutil
@@ -22,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,11 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def measure(nodes: int, folder: Path) -> dict[int, float]:
     """In the checkout this process imports: ms per candidate of each size, the median of 5."""
-    from reducer.candidate import Candidate, save_model
+    import reducer
     from reducer.driver import Progress, Reduction
     from reducer.options import InputOptions, OracleOptions, build_oracle
     from reducer.session import prepare
 
+    here = Path(os.environ["PYTHONPATH"]).resolve()
+    assert Path(reducer.__file__).resolve().is_relative_to(here), reducer.__file__  # the checkout asked for
     sys.path.insert(0, str(ROOT / "scripts"))
     import bench_scale
 
@@ -45,29 +45,11 @@ def measure(nodes: int, folder: Path) -> dict[int, float]:
     try:
         model, store = prepare(str(path), InputOptions(inputs=str(inputs)), work / "ref", Progress())
         oracle = build_oracle(OracleOptions(runner=bench_scale.RUNNER, fail_on="nan"))
-        reduction = Reduction(model, store, oracle, work / "checks", [])
-        # save_model as the oracles call it (an older checkout's takes no `external_data`)
-        hint = "external_data" in inspect.signature(save_model).parameters
-        measured = {}
-        for size in sorted({1, 1000, 10000, len(model) // 2}):
-            if size > len(model) // 2:
-                continue
-            times = []
-            for shift in range(5):
-                start = time.perf_counter()
-                pending = reduction._prepare(Candidate(frozenset(range(shift, shift + size))), True, False)
-                pending.job.workdir.mkdir(parents=True, exist_ok=True)
-                extra = {"external_data": pending.job.external_data} if hint else {}
-                save_model(pending.job.model, pending.job.workdir / "candidate.onnx", **extra)
-                times.append(time.perf_counter() - start)
-                shutil.rmtree(pending.job.workdir)
-            measured[size] = statistics.median(times) * 1000
-        oracle.close()
-        import reducer
-
-        here = Path(os.environ["PYTHONPATH"]).resolve()
-        assert Path(reducer.__file__).resolve().is_relative_to(here), reducer.__file__  # the checkout asked for
-        return measured
+        try:
+            return bench_scale.candidate_overhead(Reduction(model, store, oracle, work / "checks", []),
+                                                  sizes=(1, 1000, 10000), repeat=5)
+        finally:
+            oracle.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -210,26 +210,30 @@ def instrumented_run(argv: list[str], timings_path: Path) -> None:
     main()
 
 
-def candidate_overhead(reduction) -> dict[int, float]:
+def candidate_overhead(reduction, sizes=(1, 10, 100, 1000, 10000), repeat: int = 3) -> dict[int, float]:
     """Milliseconds the driver spends on a candidate of k nodes before the worker runs it (materialize, key,
     cache, faithfulness, feeds, reference; the model saved and checked as the oracle does): the median of
-    three candidates of each size, nodes from the top of the graph (above the overflow: faithful)."""
+    `repeat` candidates of each size (and of n/2), nodes from the top of the graph (above the overflow:
+    faithful). Also run on older checkouts by bench_overhead.py."""
+    import inspect
+
     from reducer.candidate import Candidate, save_model
 
     total = len(reduction.model)
     checks, strategy = reduction.counters.checks, reduction._strategy
     reduction._strategy = "overhead"
+    hint = "external_data" in inspect.signature(save_model).parameters  # as the oracles call it (older: none)
     measured = {}
-    for size in sorted({1, 10, 100, 1000, 10000, total // 2}):
+    for size in sorted({*sizes, total // 2}):
         if size > total // 2:
             continue
         times = []
-        for shift in range(3):
+        for shift in range(repeat):
             start = time.perf_counter()
             pending = reduction._prepare(Candidate(frozenset(range(shift, shift + size))), True, False)
             pending.job.workdir.mkdir(parents=True, exist_ok=True)
-            save_model(pending.job.model, pending.job.workdir / "candidate.onnx",
-                       external_data=pending.job.external_data)
+            extra = {"external_data": pending.job.external_data} if hint else {}
+            save_model(pending.job.model, pending.job.workdir / "candidate.onnx", **extra)
             times.append(time.perf_counter() - start)
             shutil.rmtree(pending.job.workdir)
         measured[size] = statistics.median(times) * 1000
