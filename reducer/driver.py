@@ -552,8 +552,9 @@ class Reduction:
                 raise LookupError(run.kind)  # nothing to run: see counterfactual.judge_runs
             return built
 
-        # keyed by what it computes: the same run asked for another node set is answered once
-        key = run.key() if nodes is None else f"{run.kind}:" + Candidate(nodes).key()
+        # keyed by what it computes: the same run asked for another node set is answered once (a key of its own
+        # kind: an older version's cache, in the same output folder, keyed these runs by the repro's nodes)
+        key = run.key() if nodes is None else f"{run.kind} computing:" + Candidate(nodes).key()
         prepared = self._prepare_built(key, build, use_cache=True, faithful=False)
         if isinstance(prepared, _Pending):
             prepared.verdict = self._run_check(prepared)
