@@ -597,7 +597,7 @@ class Reduction:
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
                                 self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
-                                self.overflow_region)
+                                self.overflow_region, self.checks_left)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)
@@ -659,6 +659,12 @@ class Reduction:
                     raise SearchStopped(name)
                 window = min(window, left)
         return window
+
+    def checks_left(self) -> int | None:
+        """Checks the search may still run before --max-checks or the default budget ends it (the final re-check
+        kept back); None where neither applies."""
+        limits = [limit for limit in (self.limits.max_checks, self.check_budget) if limit is not None]
+        return min(limits) - 1 - self.counters.checks if limits else None
 
     @property
     def check_budget(self) -> int | None:

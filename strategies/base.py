@@ -67,6 +67,9 @@ class SearchContext:
     # nodes shown to carry an overflow: with the values beyond the target's range (these nodes compute or
     # read them) fed from the reference, the whole model stops failing. Empty where not shown.
     overflow_region: frozenset[int] = frozenset()
+    # checks the default search has left before its budget ends it (None: no budget: --minimal, --max-checks
+    # aside): a strategy may secure a proven result first where its longer search would not fit
+    checks_left: Callable[[], int | None] = lambda: None
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer_in(name, current.nodes) for name in self.failing_outputs}

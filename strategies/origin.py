@@ -6,12 +6,14 @@ exact too, it is not. Under a loose fp16 tolerance nearly every node fails alone
 where *a* failure first shows stops at such a bystander near the input, this search stops at the node
 whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose variance fp16 cannot hold).
 
-The origin is tried alone (grown upwards until what feeds it is faithful), then with its producers, then the
-prefix it ends (proven by the search's own probes, so one check). Where
-neither fails alone, the error builds up over several nodes: a second search finds the latest start of the
-origin's prefix that still carries it (its length on a log scale first, then refined: exactly where short,
-to within a quarter where spread), and that region is tried, then the front cut there. The region's
-proof is the search's own last probe, so it costs nothing more. A region of more than SPREAD_NODES nodes
+Whether the origin alone carries it is one run; only if it does is its candidate checked (a candidate that
+fails alone but does not carry would cost a check and a proof run). Then the origin with its producers.
+Where neither carries it and fails alone, the error builds up over several nodes: a second search finds the
+latest start of the origin's prefix that still carries it (its length on a log scale first, then refined:
+exactly where short, to within a quarter where spread), and that region is tried, then the prefix (proven by
+the search's own probes, so one check), then the front cut there. The region's proof is the search's own
+last probe, so it costs nothing more. The prefix is tried before the second search only where the budget
+might end that search first. A region of more than SPREAD_NODES nodes
 ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Numeric
 failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks for the end,
 log2(log2 n) and log2 of the region's length for the start."""
@@ -45,26 +47,36 @@ class FailureOrigin:
             return  # the driver cannot say: nothing to go on
         end = found[1]
         origin = nodes[end - 1]
-        # the prefix the origin ends is proven by the search's own probes (its `without` run was the last
-        # carrying probe; what lies below it is mostly the whole model, whose verdict is the first check's):
-        # about one check of it alone, a result kept should the budget end the start's search
-        prefix = frozenset(nodes[:end])
-        options = [grown(frozenset({origin}), context, current), with_producers(origin, context, current), prefix]
-        batch = self._batch(current, options)
-        if batch:
-            winner = yield batch
-            if winner is not None and batch[winner].nodes != prefix:
-                return
-            if winner is not None:
-                current = batch[winner]
-        # the start: nodes[end - length:end] exact, from the origin alone (its candidate did not pass: taken not
-        # to carry it) to the whole prefix (known to carry it)
-        length = yield from region_length(end, lambda k: frozenset(nodes[k:end]))
-        if length is None:
+        prefix = frozenset(nodes[:end])  # carries it: the search's own probes prove it (see below)
+        if not self._room_for_region(end, context):
+            # too few checks left for the start's search: the prefix first, a proven result should the budget
+            # end it (its `without` run was the last carrying probe; what lies below it is mostly the whole
+            # model, whose verdict is the first check's: about one check)
+            batch = self._batch(current, [prefix])
+            if batch and (yield batch) is not None:
+                current = batch[0]
+        # whether the origin alone carries it: one run, where its candidate would cost a check and, failing
+        # alone, a second (a bystander's proof); not carrying, the driver passes that candidate over unchecked
+        alone_still_failing = yield Exact(frozenset({origin}))
+        if alone_still_failing is None:
             return
+        batch = self._batch(current, [grown(frozenset({origin}), context, current),
+                                      with_producers(origin, context, current)])
+        if batch and (yield batch) is not None:
+            return
+        # the start: nodes[end - length:end] exact, from the origin alone (not carrying it) to the whole prefix
+        # (carrying it); where the origin alone carries it but passes alone, its error grows below it, and only a
+        # longer stretch above it could also fail alone: the prefix is tried
+        length = 1
+        if alone_still_failing:
+            length = yield from region_length(end, lambda k: frozenset(nodes[k:end]))
+            if length is None:
+                return
         start = end - length
         region = grown(frozenset(nodes[start:end]), context, current)
-        options = [region, grown(frozenset(nodes[start:]) & current.nodes, context, current)]
+        # the region carries it (the last probe); should it pass alone, the prefix (which carries it too), then
+        # the front cut there
+        options = [region, prefix & current.nodes, grown(frozenset(nodes[start:]) & current.nodes, context, current)]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
         found_region = current.nodes == region if winner is None else batch[winner].nodes == region
@@ -75,12 +87,20 @@ class FailureOrigin:
             yield Settled("spread")
 
     @staticmethod
+    def _room_for_region(end: int, context: SearchContext) -> bool:
+        """Whether the checks left hold the start's search (a bisection over powers of two, then within one)
+        and its region's check and proof, with one to spare."""
+        left = context.checks_left()
+        return left is None or left >= end.bit_length() + 4
+
+    @staticmethod
     def _batch(current: Candidate, options: list[frozenset[int]]) -> list[Candidate]:
         return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:
-    """How many nodes ending at `end` must be exact to carry the failure (`exact_at(k)`: nodes k..end exact).
+    """How many nodes ending at `end` must be exact to carry the failure (`exact_at(k)`: nodes k..end exact),
+    where the last alone does not.
     Its order of magnitude first, a binary search over powers of two (log2(log2 n) probes), then within
     that: exactly for a short region, to within a quarter of its length for a spread one (past that, more
     checks tell a vendor little). About half the probes of a plain bisection where the error is spread or

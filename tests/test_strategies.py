@@ -332,3 +332,82 @@ def test_the_region_length_is_found_in_few_probes_exactly_where_short_and_within
         spent.append(probes)
     if end >= 300:  # and about half of it on average on a model of some size
         assert sum(spent) / len(spent) <= 0.6 * (end - 2).bit_length()
+
+
+def chain_model(tmp_path, length: int):
+    nodes = [helper.make_node("Relu" if i % 2 else "Abs", [f"t{i}"], [f"t{i + 1}"], name=f"n{i}")
+             for i in range(length)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(f"t{length}", TensorProto.FLOAT, [2])])
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return load_model(path)
+
+
+def test_origin_asks_whether_the_origin_alone_carries_before_checking_it(tmp_path):
+    """A bystander at the origin (as in nudenet under O3): it fails alone, but the whole model with it exact still
+    fails; only it and the node before it carry the failure. One run says so, where its candidate would cost a
+    check and a proof run: the driver passes over a candidate within a set shown not to carry it."""
+    from strategies.base import Exact
+    from strategies.origin import FailureOrigin
+
+    model = chain_model(tmp_path, 64)
+    cause = frozenset({40, 41})  # exact together, the whole model passes; either alone, it fails
+    not_carrying: list[frozenset[int]] = []
+    checked: list[frozenset[int]] = []
+    runs = 0
+
+    def carries(exact: frozenset[int]) -> bool:
+        return cause <= exact
+
+    proposals = FailureOrigin().search(Candidate(model.original_nodes), SearchContext(model, (), proves_cause=True))
+    asked, result = next(proposals), None
+    try:
+        while True:
+            if isinstance(asked, Exact):
+                runs += 1
+                if not carries(asked.nodes):
+                    not_carrying.append(asked.nodes)
+                asked = proposals.send(not carries(asked.nodes))
+                continue
+            winner = None
+            for index, candidate in enumerate(asked):
+                if any(candidate.nodes <= shown for shown in not_carrying):
+                    continue  # what the driver does: no check
+                checked.append(candidate.nodes)
+                if 41 in candidate.nodes:  # fails alone; then its proof's `without` run
+                    runs += 1
+                    if carries(candidate.nodes):
+                        winner, result = index, candidate
+                        break
+                    not_carrying.append(candidate.nodes)
+            asked = proposals.send(winner)
+    except StopIteration:
+        pass
+    assert result is not None and result.nodes == cause
+    assert frozenset({41}) not in checked, checked
+    end_probes = 64 .bit_length()  # the end search's bisection
+    assert runs + len(checked) <= end_probes + 3, (runs, checked)
+
+
+def test_origin_secures_the_proven_prefix_first_when_the_budget_may_not_hold_the_start_search(tmp_path):
+    """The prefix the end search proved is checked before the start's search only where the checks left might
+    not hold that search: a result to keep should the budget end it."""
+    from strategies.base import Exact
+    from strategies.origin import FailureOrigin
+
+    model = chain_model(tmp_path, 64)
+
+    def first_batch_after_the_end_search(left: int | None) -> list[frozenset[int]]:
+        context = SearchContext(model, (), proves_cause=True, checks_left=lambda: left)
+        proposals = FailureOrigin().search(Candidate(model.original_nodes), context)
+        asked = next(proposals)
+        while isinstance(asked, Exact):
+            asked = proposals.send(not {40, 41} <= asked.nodes)
+        proposals.close()
+        return [candidate.nodes for candidate in asked]
+
+    prefix = frozenset(range(42))
+    assert first_batch_after_the_end_search(2) == [prefix]
+    assert prefix not in first_batch_after_the_end_search(None)
+    assert prefix not in first_batch_after_the_end_search(30)
