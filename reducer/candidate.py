@@ -447,11 +447,11 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     for edit in candidate.edits:
         if isinstance(edit, FewerChannels) and edit.node in candidate.nodes:
             cuts.update(edit.slices(model.nodes[edit.node], model.initializer_shapes))
-    for position, index in enumerate(kept):
-        node = graph.node[position]
-        node.ClearField("doc_string")  # says nothing a vendor needs; the name stays, to map back to the full model
-        for edit in reset.get(index, ()):
-            edit.apply(node)
+    if reset:  # a node's doc_string went at load (Model.nodes)
+        position = {index: p for p, index in enumerate(kept)}
+        for index, edits in reset.items():
+            for edit in edits:
+                edit.apply(graph.node[position[index]])
     fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
     uncut = apply_body_cuts(graph, kept, candidate.edits, model, store)
     if uncut:
@@ -497,8 +497,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
 
     consumed = set(read_by_kept)
     outputs = [name for name in model.graph_outputs if name in produced]
-    for i in [] if model_outputs_only else kept:
-        outputs.extend(name for name in model.node_writes[i] if name not in consumed and name not in outputs)
+    if not model_outputs_only:  # and what the cut leaves unread
+        listed = set(outputs)
+        outputs += [name for i in kept for name in model.node_writes[i] if name not in consumed and name not in listed]
     observed: dict[str, str] = {}
     if mark_all:  # every other tensor shown through an Identity: converters mishandle outputs read inside
         for i in kept:

@@ -303,6 +303,9 @@ def load_model(path: str | os.PathLike) -> Model:
         if output.name not in producer and output.name not in graph_inputs and output.name not in initializers:
             raise BadModelError(f"{path}: graph output '{output.name}' is never produced")
 
+    for node in graph.node:  # says nothing a vendor needs (the name stays, to map back): no candidate carries it
+        if node.doc_string:
+            node.ClearField("doc_string")
     order = _topological_order(graph, reads, producer, path)
     nodes = [graph.node[i] for i in order]
     node_reads = [reads[i] for i in order]
@@ -650,6 +653,8 @@ def inline_taken_branches(model: Model, taken: dict[int, bool], iterations: dict
                 used |= others
             else:  # every name renamed per iteration: none is kept
                 inner, tensors = unrolled_nodes(node, iterations[index], used, opset)
+            for inlined_node in inner:  # as at load: no candidate carries a doc_string
+                inlined_node.ClearField("doc_string")
             claimed.update(o for n in inner for o in n.output)
             claimed.update(t.name for t in tensors)
             initializers.update((t.name, t) for t in tensors)

@@ -7,7 +7,8 @@ where *a* failure first shows stops at such a bystander near the input, this sea
 whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose variance fp16 cannot hold).
 
 Whether the origin alone carries it is one run; only if it does is its candidate checked (a candidate that
-fails alone but does not carry would cost a check and a proof run). Then the origin with its producers.
+fails alone but does not carry would cost a check and a proof run). Then the origin with its producers, asked
+the same way where the origin alone does not carry it.
 Where neither carries it and fails alone, the error builds up over several nodes: a second search finds the
 latest start of the origin's prefix that still carries it (its length on a log scale first, then refined:
 exactly where short, to within a quarter where spread), and that region is tried, then the prefix (proven by
@@ -60,8 +61,14 @@ class FailureOrigin:
         alone_still_failing = yield Exact(frozenset({origin}))
         if alone_still_failing is None:
             return
-        batch = self._batch(current, [grown(frozenset({origin}), context, current),
-                                      with_producers(origin, context, current)])
+        producers = with_producers(origin, context, current)
+        options = [grown(frozenset({origin}), context, current), producers]
+        if alone_still_failing and len(producers) < len(current):
+            # the same question of the origin with its producers (often answered already: what they compute is
+            # an end-search probe's); carrying it is likelier than failing alone
+            if (yield Exact(producers)) is None:
+                return
+        batch = self._batch(current, options)
         if batch and (yield batch) is not None:
             return
         # the start: nodes[end - length:end] exact, from the origin alone (not carrying it) to the whole prefix
