@@ -652,19 +652,22 @@ class Reduction:
         for what a candidate found failing costs after its own check (its proof's runs)."""
         if self.limits.time_limit is not None and time.perf_counter() - self.started >= self.limits.time_limit:
             raise SearchStopped("time-limit")
-        for limit, name in ((self.limits.max_checks, "max-checks"), (self.check_budget, "check-budget")):
-            if limit is not None:
-                left = limit - 1 - reserve - self.counters.checks
-                if left <= 0:
-                    raise SearchStopped(name)
-                window = min(window, left)
+        for limit, name in self._check_limits():
+            left = limit - 1 - reserve - self.counters.checks
+            if left <= 0:
+                raise SearchStopped(name)
+            window = min(window, left)
         return window
 
     def checks_left(self) -> int | None:
         """Checks the search may still run before --max-checks or the default budget ends it (the final re-check
         kept back); None where neither applies."""
-        limits = [limit for limit in (self.limits.max_checks, self.check_budget) if limit is not None]
-        return min(limits) - 1 - self.counters.checks if limits else None
+        return min((limit - 1 - self.counters.checks for limit, _ in self._check_limits()), default=None)
+
+    def _check_limits(self) -> list[tuple[int, str]]:
+        """The limits on checks in force, each with the name a search stopped by it reports."""
+        return [(limit, name) for limit, name in ((self.limits.max_checks, "max-checks"),
+                                                  (self.check_budget, "check-budget")) if limit is not None]
 
     @property
     def check_budget(self) -> int | None:

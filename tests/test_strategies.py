@@ -366,9 +366,10 @@ def test_origin_asks_whether_the_origin_alone_carries_before_checking_it(tmp_pat
     try:
         while True:
             if isinstance(asked, Exact):
-                if not carries(asked.nodes):
+                still_failing = not carries(asked.nodes)
+                if still_failing:
                     not_carrying.append(asked.nodes)
-                asked = proposals.send(not carries(asked.nodes))
+                asked = proposals.send(still_failing)
                 continue
             winner = None
             for index, candidate in enumerate(asked):
