@@ -175,7 +175,7 @@ class Check(Protocol):
 class CheckJob:
     """One candidate to judge: the model, which store tensors feed its inputs, where to work."""
 
-    model: onnx.ModelProto
+    model: onnx.ModelProto | bytes  # bytes: serialized already (save_model writes them as they are)
     feeds: dict[str, Path]  # input name -> .npy file
     reference: dict[str, np.ndarray] | None  # output name -> value (memory-mapped); None: the oracle runs it
     workdir: Path  # private to this check

@@ -7,6 +7,7 @@ import errno
 import hashlib
 import os
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +16,17 @@ from onnx import external_data_helper, numpy_helper
 
 from reducer.activations import ActivationStore
 from reducer.model import (
+    INITIALIZER_FIELD,
     Model,
     _without_external_data,
     all_tensors,
     external_entries,
     mark_external_sources,
+    proto_field,
     set_external_entries,
 )
+
+GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 
 # Integer tensors this small are shapes, axes and indices: a cut one is frozen to a constant instead of
 # becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
@@ -410,16 +415,38 @@ class Candidate:
 
 @dataclass
 class Materialized:
-    proto: onnx.ModelProto
+    shell: onnx.ModelProto  # the model but for `graph_fields`
     fed: list[str]  # graph inputs and the store tensors that feed them
     frozen: list[str]  # cut tensors turned into constants
     outputs: list[str]
     unrunnable: str | None = None  # why this candidate cannot be built (e.g. a value was never captured)
     observed: dict[str, str] = field(default_factory=dict)  # output name -> the tensor it shows
     feed_slices: dict[str, tuple] = field(default_factory=dict)  # fed tensor -> the part of it fed (ShrinkAxis)
+    # the kept nodes and initializers as they are, serialized GraphProto fields joined (not copied into `shell`)
+    graph_fields: bytes = b""
 
     def reference_name(self, output: str) -> str:
         return self.observed.get(output, output)
+
+    @property
+    def proto(self) -> onnx.ModelProto:
+        """The whole model as a message (`graph_fields` parsed into the shell once): for what inspects it."""
+        if self.graph_fields:
+            self.shell.graph.MergeFromString(self.graph_fields)
+            self.graph_fields = b""
+        return self.shell
+
+    def serialized(self) -> bytes:
+        """The model's bytes; from the joined fields without parsing them where it has them."""
+        if not self.graph_fields:
+            return self.shell.SerializeToString()
+        header = onnx.ModelProto()
+        header.CopyFrom(self.shell)  # small: no node, no weight
+        header.ClearField("graph")
+        shell_graph = self.shell.graph.SerializeToString()
+        # the graph field: its key and length, then its bytes, joined once (its nodes and weights are most of it)
+        key_and_length = proto_field(GRAPH_FIELD, b"", len(shell_graph) + len(self.graph_fields))
+        return b"".join((header.SerializeToString(), key_and_length, shell_graph, self.graph_fields))
 
 
 def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False,
@@ -427,17 +454,18 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run.
     `model_outputs_only`: the original model's outputs alone, not what the cut leaves unread."""
     kept = candidate.ordered()
-    produced = {name for i in kept for name in model.node_writes[i]}
-    read_by_kept: list[str] = []
-    seen: set[str] = set()
-    for i in kept:
-        for name in model.node_reads[i]:
-            if name not in seen:
-                seen.add(name)
-                read_by_kept.append(name)
+    produced = set(chain.from_iterable(map(model.node_writes.__getitem__, kept)))
+    read_by_kept = list(dict.fromkeys(chain.from_iterable(map(model.node_reads.__getitem__, kept))))  # in order
 
     graph = onnx.GraphProto(name=model.proto.graph.name or "reduced")
-    graph.node.extend(model.nodes[i] for i in kept)
+    # what is kept as it is goes in as bytes serialized once (Model.node_fields): a candidate's nodes and weights
+    # are not copied message by message; edits, a probe's added outputs and external data take the messages
+    joined = not candidate.edits and not mark_all and not model.external_data
+    fields: list[bytes] = []
+    if joined:
+        fields.extend(model.node_fields(kept))
+    else:
+        graph.node.extend(model.nodes[i] for i in kept)
     reset = {}
     for edit in candidate.edits:
         if isinstance(edit, AttributeDefault) and edit.node in candidate.nodes:
@@ -452,8 +480,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         for index, edits in reset.items():
             for edit in edits:
                 edit.apply(graph.node[position[index]])
-    fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
-    uncut = apply_body_cuts(graph, kept, candidate.edits, model, store)
+    fewer_trips = bool(candidate.edits) and apply_loop_trips(graph, kept, candidate.edits)  # shapes may not hold
+    uncut = apply_body_cuts(graph, kept, candidate.edits, model, store) if candidate.edits else None
     if uncut:
         return Materialized(graph_model(model, graph), [], [], [], unrunnable=uncut)
     fed: list[str] = []
@@ -473,6 +501,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             graph.input.append(declared)
             fed.append(name)
         elif name in model.initializers:
+            if joined:
+                fields.append(model.initializer_field(name))
+                continue
             if name not in fills and name not in cuts:  # kept as it is: external data stays on disk
                 graph.initializer.append(model.initializer_reference(name))
                 continue
@@ -486,7 +517,11 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         else:
             record = store.records[name]
             if is_frozen(record):
-                graph.initializer.append(numpy_helper.from_array(np.array(store.load(name)), name))
+                tensor = numpy_helper.from_array(np.array(store.load(name)), name)
+                if joined:  # in the order a message would hold them: the same model, byte for byte
+                    fields.append(proto_field(INITIALIZER_FIELD, tensor.SerializeToString()))
+                else:
+                    graph.initializer.append(tensor)
                 frozen.append(name)
             else:
                 shape, cut = shrunk_shape(record.shape, candidate.edits) if shrinking else (record.shape, None)
@@ -499,7 +534,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     outputs = [name for name in model.graph_outputs if name in produced]
     if not model_outputs_only:  # and what the cut leaves unread
         listed = set(outputs)
-        outputs += [name for i in kept for name in model.node_writes[i] if name not in consumed and name not in listed]
+        outputs += [name for name in chain.from_iterable(map(model.node_writes.__getitem__, kept))
+                    if name not in consumed and name not in listed]
     observed: dict[str, str] = {}
     if mark_all:  # every other tensor shown through an Identity: converters mishandle outputs read inside
         for i in kept:
@@ -526,7 +562,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             graph.output.append(info)
         else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
-    return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices)
+    return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices,
+                        graph_fields=b"".join(fields))
 
 
 def is_frozen(record) -> bool:
@@ -564,7 +601,7 @@ DATA_ALIGNMENT = 1 << 16  # offsets ONNX Runtime can memory-map (its allocation 
 COPY_CHUNK = 64 << 20
 
 
-def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = False,
+def save_model(proto: onnx.ModelProto | bytes, path: Path, weights_in_place: bool = False,
                external_data: bool = True) -> Path | None:
     """Write atomically, checked, with only the weights the model uses. Tensors that reference another
     folder's external data (basepath: the original model's, see Model.initializer_reference) are read into
@@ -575,8 +612,14 @@ def save_model(proto: onnx.ModelProto, path: Path, weights_in_place: bool = Fals
     their folder is returned: for a check whose runner reads external data from a folder it is given (ONNX
     Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH.
     `external_data` False: the model is known to hold none (a candidate of a model without any), so its every
-    node is not scanned for it."""
+    node is not scanned for it. `proto` may be the model's bytes (Materialized.serialized): written as they are.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(proto, bytes):
+        if not external_data:
+            _write_checked(proto, path)
+            return None
+        proto = onnx.ModelProto.FromString(proto)  # its references are found and copied in the message
     references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)] \
         if external_data else []
     saved = [external_entries(tensor) for tensor in references]
@@ -624,13 +667,23 @@ def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto]
             data.unlink(missing_ok=True)  # onnx appends to what is there
         side_file = True
         onnx.save_model(proto, str(tmp))
-    else:  # the bytes as they are: onnx.save would first look through every tensor for external data
-        tmp.write_bytes(proto.SerializeToString())
+        onnx.checker.check_model(str(tmp))
+        os.replace(tmp, path)
+        return None
+    # the bytes as they are: onnx.save would first look through every tensor for external data
+    _write_checked(proto.SerializeToString(), path, keep_side_file=side_file)
+    return None
+
+
+def _write_checked(data: bytes, path: Path, keep_side_file: bool = False) -> None:
+    """Written beside PATH, checked by onnx's checker, then moved into place; an earlier write's weights file,
+    which this model does not use, goes."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
     onnx.checker.check_model(str(tmp))
     os.replace(tmp, path)
-    if not side_file:
-        data.unlink(missing_ok=True)  # an earlier write's weights, which this model does not use
-    return None
+    if not keep_side_file:
+        path.with_name(path.name + ".data").unlink(missing_ok=True)
 
 
 def _byte_length(info: external_data_helper.ExternalDataInfo) -> int:

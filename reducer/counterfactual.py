@@ -86,7 +86,7 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore,
         built = materialize(model, Candidate(model.flat), store)
         names = [name for index in sorted(run.nodes) if not subgraphs(model.nodes[index])
                  for name in model.node_writes[index] if _is_float(store, name)]
-        built.proto.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(names))
+        built.shell.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(names))  # nodes stay bytes
         return built
     nodes = computed(model, run) if nodes is None else nodes
     if run.kind == "without":

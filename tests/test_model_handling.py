@@ -81,6 +81,47 @@ def test_loading_reads_no_weights_and_a_candidate_reads_only_its_own(tmp_path, m
     assert [t.name for t in written.graph.initializer] == ["w2"]
 
 
+def test_a_candidate_joined_from_serialized_nodes_is_the_model_its_messages_make(tmp_path):
+    """Candidates of a model without external data are joined from each node's and weight's bytes, serialized
+    once, instead of copied message by message: the same model, byte for byte once parsed, that the message
+    path makes (taken here by a model flagged as having external data), and onnx's checker and ONNX Runtime
+    take it as it is written. A real model (magika's), whose cuts freeze small integer tensors too."""
+    import dataclasses
+
+    import onnxruntime as ort
+    from corpus_files import CORPUS, corpus_model
+
+    model = load_model(corpus_model("models/magika_standard_v3_3.onnx"))
+    assert not model.external_data
+    feeds = dict(np.load(CORPUS / "inputs" / "eval_magika_python.npz"))
+    store = reference_store(model, feeds, tmp_path / "store")
+    as_messages = dataclasses.replace(model, external_data=True)  # the same nodes and weights, the message path
+    count = len(model)
+    rng = np.random.default_rng(0)
+    frozen = 0
+    for nodes in (range(count), range(count // 3, 2 * count // 3), rng.choice(count, count // 2, replace=False),
+                  [count - 1], range(count // 2)):
+        candidate = Candidate(frozenset(int(i) for i in nodes))
+        joined = materialize(model, candidate, store)
+        expected = materialize(as_messages, candidate, store)
+        assert joined.graph_fields and not expected.graph_fields
+        assert (joined.fed, joined.frozen, joined.outputs) == (expected.fed, expected.frozen, expected.outputs)
+        frozen += len(joined.frozen)
+        data = joined.serialized()
+        assert onnx.ModelProto.FromString(data).SerializeToString() == expected.proto.SerializeToString()
+        path = tmp_path / "candidates" / f"{len(candidate)}.onnx"
+        save_model(data, path, external_data=False)  # checked by onnx's checker as it is written
+        if candidate.nodes == frozenset(range(count)):
+            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            outputs = session.run(None, {name: feeds[name] for name in joined.fed})
+            for name, value in zip(joined.outputs, outputs, strict=True):
+                np.testing.assert_allclose(value, store.load(name), rtol=1e-5, atol=1e-6)
+        # the message, when asked for, is the same model too (parsed once from the joined bytes)
+        assert joined.proto.SerializeToString() == expected.proto.SerializeToString()
+        assert not joined.graph_fields
+    assert frozen  # some cut froze a small integer tensor: its bytes sit among the weights, in order
+
+
 def test_materialized_candidates_keep_declarations_and_type_every_output(tmp_path):
     path = chain_with_external_weights(tmp_path / "model")
     model = load_model(path)
