@@ -422,8 +422,8 @@ class Materialized:
     unrunnable: str | None = None  # why this candidate cannot be built (e.g. a value was never captured)
     observed: dict[str, str] = field(default_factory=dict)  # output name -> the tensor it shows
     feed_slices: dict[str, tuple] = field(default_factory=dict)  # fed tensor -> the part of it fed (ShrinkAxis)
-    # the kept nodes and initializers as they are, serialized GraphProto fields joined (not copied into `shell`)
-    graph_fields: bytes = b""
+    # the kept nodes and initializers as they are, serialized GraphProto fields (not copied into `shell`), in order
+    graph_fields: list[bytes] = field(default_factory=list)
 
     def reference_name(self, output: str) -> str:
         return self.observed.get(output, output)
@@ -432,8 +432,8 @@ class Materialized:
     def proto(self) -> onnx.ModelProto:
         """The whole model as a message (`graph_fields` parsed into the shell once): for what inspects it."""
         if self.graph_fields:
-            self.shell.graph.MergeFromString(self.graph_fields)
-            self.graph_fields = b""
+            self.shell.graph.MergeFromString(b"".join(self.graph_fields))
+            self.graph_fields = []
         return self.shell
 
     def serialized(self) -> bytes:
@@ -445,8 +445,9 @@ class Materialized:
         header.ClearField("graph")
         shell_graph = self.shell.graph.SerializeToString()
         # the graph field: its key and length, then its bytes, joined once (its nodes and weights are most of it)
-        key_and_length = proto_field(GRAPH_FIELD, b"", len(shell_graph) + len(self.graph_fields))
-        return b"".join((header.SerializeToString(), key_and_length, shell_graph, self.graph_fields))
+        length = len(shell_graph) + sum(map(len, self.graph_fields))
+        return b"".join((header.SerializeToString(), proto_field(GRAPH_FIELD, b"", length), shell_graph,
+                         *self.graph_fields))
 
 
 def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False,
@@ -563,7 +564,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
     return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices,
-                        graph_fields=b"".join(fields))
+                        graph_fields=fields)
 
 
 def is_frozen(record) -> bool:

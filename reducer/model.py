@@ -269,7 +269,7 @@ class Model:
 
     def initializer_field(self, name: str) -> bytes:
         """Initializer `name` as it is, as a serialized GraphProto `initializer` field (a model without
-        external data only); small ones are kept once made (large ones would hold the weights twice)."""
+        external data only); tiny ones are kept once made (keeping the others would hold the weights twice)."""
         kept = self._fields.setdefault("initializers", {})
         found = kept.get(name)
         if found is None:
@@ -289,7 +289,7 @@ class Model:
 
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
-KEPT_FIELD_BYTES = 1 << 16
+KEPT_FIELD_BYTES = 256  # scalars and shapes: per call, not per byte, is their cost
 
 
 def proto_field(number: int, payload: bytes, length: int | None = None) -> bytes:
