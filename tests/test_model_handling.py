@@ -85,15 +85,15 @@ def test_a_candidate_joined_from_serialized_nodes_is_the_model_its_messages_make
     """Candidates of a model without external data are joined from each node's and weight's bytes, serialized
     once, instead of copied message by message: the same model, byte for byte once parsed, that the message
     path makes (taken here by a model flagged as having external data), and onnx's checker and ONNX Runtime
-    take it as it is written. A real model (magika's), whose cuts freeze small integer tensors too."""
+    take it as it is written. A real model (PP-OCRv4 rec), whose cuts freeze small integer tensors too."""
     import dataclasses
 
     import onnxruntime as ort
     from corpus_files import CORPUS, corpus_model
 
-    model = load_model(corpus_model("models/magika_standard_v3_3.onnx"))
+    model = load_model(corpus_model("models/ch_PP-OCRv4_rec_infer.onnx"))
     assert not model.external_data
-    feeds = dict(np.load(CORPUS / "inputs" / "eval_magika_python.npz"))
+    feeds = dict(np.load(CORPUS / "inputs" / "ppocrv4_rec_textline_rawpixels.npz"))
     store = reference_store(model, feeds, tmp_path / "store")
     as_messages = dataclasses.replace(model, external_data=True)  # the same nodes and weights, the message path
     count = len(model)
