@@ -21,6 +21,7 @@ from reducer.model import (
     _without_external_data,
     all_tensors,
     external_entries,
+    field_key,
     mark_external_sources,
     proto_field,
     set_external_entries,
@@ -146,10 +147,13 @@ class LoopTrips:
 
 def apply_loop_trips(graph: onnx.GraphProto, kept: list[int], edits: tuple) -> bool:
     """Point each kept Loop that has a LoopTrips edit at a constant trip count; whether any was."""
+    trips = [e for e in edits if isinstance(e, LoopTrips)]
+    if not trips:
+        return False
     positions = {index: position for position, index in enumerate(kept)}
     applied = False
-    for edit in edits:
-        if isinstance(edit, LoopTrips) and edit.node in positions:
+    for edit in trips:
+        if edit.node in positions:
             node = graph.node[positions[edit.node]]
             node.input[0] = edit.tensor_name
             graph.initializer.append(numpy_helper.from_array(np.array(edit.trips, np.int64), edit.tensor_name))
@@ -220,8 +224,11 @@ def apply_body_cuts(graph: onnx.GraphProto, kept: list[int], edits: tuple, model
     """Cut the kept control-flow nodes' bodies as their BodyCut edits say; why not, if one cannot be cut."""
     from reducer.model import outer_reads
 
+    cuts = [e for e in edits if isinstance(e, BodyCut)]
+    if not cuts:
+        return None
     positions = {index: position for position, index in enumerate(kept)}
-    cuts = [e for e in edits if isinstance(e, BodyCut) and e.node in positions]
+    cuts = [e for e in cuts if e.node in positions]
     # the deepest first: an edit's positions name the original bodies' nodes, which a cut further out shifts
     for edit in sorted(cuts, key=lambda e: -len(e.within)):
         if _under_dropped(edit, cuts):
@@ -446,7 +453,7 @@ class Materialized:
         shell_graph = self.shell.graph.SerializeToString()
         # the graph field: its key and length, then its bytes, joined once (its nodes and weights are most of it)
         length = len(shell_graph) + sum(map(len, self.graph_fields))
-        return b"".join((header.SerializeToString(), proto_field(GRAPH_FIELD, b"", length), shell_graph,
+        return b"".join((header.SerializeToString(), field_key(GRAPH_FIELD, length), shell_graph,
                          *self.graph_fields))
 
 
@@ -481,8 +488,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         for index, edits in reset.items():
             for edit in edits:
                 edit.apply(graph.node[position[index]])
-    fewer_trips = bool(candidate.edits) and apply_loop_trips(graph, kept, candidate.edits)  # shapes may not hold
-    uncut = apply_body_cuts(graph, kept, candidate.edits, model, store) if candidate.edits else None
+    fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
+    uncut = apply_body_cuts(graph, kept, candidate.edits, model, store)
     if uncut:
         return Materialized(graph_model(model, graph), [], [], [], unrunnable=uncut)
     fed: list[str] = []

@@ -143,8 +143,9 @@ class Model:
     # a kept Loop's index -> the most iterations it ran in the reference (exact, or its trip count), where known
     iterations: dict[int, int] = field(default_factory=dict)
     external_data: bool = True  # whether any tensor (bodies' too) keeps its data in a file: False skips the scans
-    # "nodes" and "initializers": serialized GraphProto fields, made once, joined into candidates (candidate.py)
-    _fields: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # serialized GraphProto fields, made once, joined into candidates (candidate.py): by node index, by weight name
+    _node_fields: list = field(default_factory=list, init=False, repr=False, compare=False)
+    _initializer_fields: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def base_dir(self) -> Path:
@@ -261,7 +262,9 @@ class Model:
     def node_fields(self, indices: list[int]) -> list[bytes]:
         """Nodes as serialized GraphProto `node` fields: each serialized once, then joined into every candidate
         that keeps it as it is (copying 50k node messages into a candidate took most of its 0.5 s)."""
-        fields = self._fields.setdefault("nodes", [None] * len(self.nodes))
+        fields = self._node_fields
+        if not fields:
+            fields.extend([None] * len(self.nodes))
         for index in indices:
             if fields[index] is None:
                 fields[index] = proto_field(NODE_FIELD, self.nodes[index].SerializeToString())
@@ -270,12 +273,11 @@ class Model:
     def initializer_field(self, name: str) -> bytes:
         """Initializer `name` as it is, as a serialized GraphProto `initializer` field (a model without
         external data only); tiny ones are kept once made (keeping the others would hold the weights twice)."""
-        kept = self._fields.setdefault("initializers", {})
-        found = kept.get(name)
+        found = self._initializer_fields.get(name)
         if found is None:
             found = proto_field(INITIALIZER_FIELD, self.initializers[name].SerializeToString())
             if len(found) <= KEPT_FIELD_BYTES:
-                kept[name] = found
+                self._initializer_fields[name] = found
         return found
 
     @cached_property
@@ -292,11 +294,16 @@ INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].num
 KEPT_FIELD_BYTES = 256  # scalars and shapes: per call, not per byte, is their cost
 
 
-def proto_field(number: int, payload: bytes, length: int | None = None) -> bytes:
-    """A length-delimited protobuf field: its key (number, wire type 2), its length as a varint, its bytes
-    (`length` given: the key and that length alone, for bytes that follow). Parsers concatenate a repeated
-    field's entries: joined fields of a message are that message."""
-    return _varint(number << 3 | 2) + _varint(len(payload) if length is None else length) + payload
+def proto_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, `payload` after its key. Parsers concatenate a repeated field's
+    entries: joined fields of a message are that message."""
+    return field_key(number, len(payload)) + payload
+
+
+def field_key(number: int, length: int) -> bytes:
+    """What precedes a length-delimited field's `length` bytes: its key (number, wire type 2), then the length,
+    each a varint."""
+    return _varint(number << 3 | 2) + _varint(length)
 
 
 def _varint(value: int) -> bytes:
