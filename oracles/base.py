@@ -180,6 +180,9 @@ class CheckJob:
     reference: dict[str, np.ndarray] | None  # output name -> value (memory-mapped); None: the oracle runs it
     workdir: Path  # private to this check
     external_data: bool = True  # False: the model holds no tensor whose data lives in a file (none to copy)
+    # False: valid by construction (Materialized.as_original): a built-in runner's check spares onnx's checker;
+    # a command is always handed a checked file
+    checked: bool = True
 
 
 class Oracle(Protocol):

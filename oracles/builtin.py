@@ -69,7 +69,8 @@ class BuiltinOracle:
 
         path = job.workdir / "candidate.onnx"
         # large weights are not copied for a check: the runner reads them from the original model's folder
-        weights = save_model(job.model, path, weights_in_place=True, external_data=job.external_data)
+        weights = save_model(job.model, path, weights_in_place=True, external_data=job.external_data,
+                             checked=job.checked)
         extra = {"external_dir": str(weights)} if weights is not None else {}
         worker = self._idle.get()  # one check per worker at a time; several workers for --jobs
         try:

@@ -152,8 +152,7 @@ def capture_model(model: Model) -> onnx.ModelProto:
     """The original model with every top-level tensor marked as an output, for one reference run."""
     import onnx
 
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
+    proto = model.full_proto()
     present = {o.name for o in proto.graph.output}
     for writes in model.node_writes:
         for name in writes:

@@ -7,7 +7,6 @@ import errno
 import hashlib
 import os
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -291,8 +290,7 @@ def _inferred_inner_types(model: Model, store: ActivationStore) -> dict[str, tup
     model's inputs are fed (with data propagation: Shape -> Gather -> ConstantOfShape chains resolve)."""
     key = (model.fingerprint, store.key)
     if key not in _INNER_TYPES:
-        proto = onnx.ModelProto()
-        proto.CopyFrom(model.proto)
+        proto = model.full_proto()
         for graph_input in proto.graph.input:
             if graph_input.name in store and graph_input.type.HasField("tensor_type"):
                 shape = graph_input.type.tensor_type.shape
@@ -414,10 +412,10 @@ class Candidate:
 
     def key(self) -> str:
         """Canonical: the same node set and edits always hash the same, whichever strategy proposed them."""
-        text = ",".join(map(str, self.ordered()))
+        digest = hashlib.sha256(np.sort(np.fromiter(self.nodes, np.int64, len(self.nodes))).tobytes())
         if self.edits:
-            text += "|" + ";".join(map(repr, self.edits))
-        return hashlib.sha256(text.encode()).hexdigest()
+            digest.update(("|" + ";".join(map(repr, self.edits))).encode())
+        return digest.hexdigest()
 
 
 @dataclass
@@ -431,6 +429,9 @@ class Materialized:
     feed_slices: dict[str, tuple] = field(default_factory=dict)  # fed tensor -> the part of it fed (ShrinkAxis)
     # the kept nodes and initializers as they are, serialized GraphProto fields (not copied into `shell`), in order
     graph_fields: list[bytes] = field(default_factory=list)
+    # only the original's nodes and weights as they are, its cut tensors typed inputs: valid by construction, as
+    # the original passed onnx's checker at load (no edit, no probe output, no inlined control flow)
+    as_original: bool = False
 
     def reference_name(self, output: str) -> str:
         return self.observed.get(output, output)
@@ -462,8 +463,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run.
     `model_outputs_only`: the original model's outputs alone, not what the cut leaves unread."""
     kept = candidate.ordered()
-    produced = set(chain.from_iterable(map(model.node_writes.__getitem__, kept)))
-    read_by_kept = list(dict.fromkeys(chain.from_iterable(map(model.node_reads.__getitem__, kept))))  # in order
+    tensors = model.cut_by(kept)
 
     graph = onnx.GraphProto(name=model.proto.graph.name or "reduced")
     # what is kept as it is goes in as bytes serialized once (Model.node_fields): a candidate's nodes and weights
@@ -479,10 +479,10 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         if isinstance(edit, AttributeDefault) and edit.node in candidate.nodes:
             reset.setdefault(edit.node, []).append(edit)
     fills = {edit.name: edit for edit in candidate.edits if isinstance(edit, WeightFill)}
-    cuts: dict[str, tuple] = {}
+    slices: dict[str, tuple] = {}  # weights a FewerChannels edit cuts
     for edit in candidate.edits:
         if isinstance(edit, FewerChannels) and edit.node in candidate.nodes:
-            cuts.update(edit.slices(model.nodes[edit.node], model.initializer_shapes))
+            slices.update(edit.slices(model.nodes[edit.node], model.initializer_shapes))
     if reset:  # a node's doc_string went at load (Model.nodes)
         position = {index: p for p, index in enumerate(kept)}
         for index, edits in reset.items():
@@ -496,9 +496,20 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     frozen: list[str] = []
     shrinking = any(isinstance(edit, ShrinkAxis) for edit in candidate.edits)
     feed_slices: dict[str, tuple] = {}
-    for name in read_by_kept:
-        if name in produced:
-            continue
+    if joined:
+        fields.extend(model.weight_fields(tensors.weights))
+    else:
+        for name in tensors.weight_names():
+            if name not in fills and name not in slices:  # kept as it is: external data stays on disk
+                graph.initializer.append(model.initializer_reference(name))
+                continue
+            tensor = model.initializer_inline(name)
+            tensor = fills[name].tensor(tensor) if name in fills else tensor
+            if name in slices:
+                tensor = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(tensor)[slices[name]]),
+                                                 name)
+            graph.initializer.append(tensor)
+    for name in tensors.reads:  # graph inputs and cut tensors (a weight is never written: see TensorIndex)
         if name in model.graph_inputs:
             declared = model.graph_inputs[name]  # the original declaration: dynamic dims stay
             if shrinking and name in store:
@@ -508,25 +519,13 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
                     declared = _value_info(name, store.records[name].dtype, shape, concrete=True)
             graph.input.append(declared)
             fed.append(name)
-        elif name in model.initializers:
-            if joined:
-                fields.append(model.initializer_field(name))
-                continue
-            if name not in fills and name not in cuts:  # kept as it is: external data stays on disk
-                graph.initializer.append(model.initializer_reference(name))
-                continue
-            tensor = model.initializer_inline(name)
-            tensor = fills[name].tensor(tensor) if name in fills else tensor
-            if name in cuts:
-                tensor = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(tensor)[cuts[name]]), name)
-            graph.initializer.append(tensor)
         elif name not in store:
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
         else:
             record = store.records[name]
             if is_frozen(record):
                 tensor = numpy_helper.from_array(np.array(store.load(name)), name)
-                if joined:  # in the order a message would hold them: the same model, byte for byte
+                if joined:  # after the weights, as a message would hold them: the same model, byte for byte
                     fields.append(proto_field(INITIALIZER_FIELD, tensor.SerializeToString()))
                 else:
                     graph.initializer.append(tensor)
@@ -538,12 +537,10 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
                 graph.input.append(_value_info(name, record.dtype, shape, concrete=True))
                 fed.append(name)
 
-    consumed = set(read_by_kept)
-    outputs = [name for name in model.graph_outputs if name in produced]
+    outputs = [name for name in model.graph_outputs if tensors.writes(name)]
     if not model_outputs_only:  # and what the cut leaves unread
         listed = set(outputs)
-        outputs += [name for name in chain.from_iterable(map(model.node_writes.__getitem__, kept))
-                    if name not in consumed and name not in listed]
+        outputs += [name for name in tensors.unread if name not in listed]
     observed: dict[str, str] = {}
     if mark_all:  # every other tensor shown through an Identity: converters mishandle outputs read inside
         for i in kept:
@@ -555,8 +552,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
                     outputs.append(shown)
     for name in outputs:
         name_in_model = observed.get(name, name)
-        known = model.value_types.get(name_in_model)
-        if known is not None and known.tensor_type.HasField("shape") and not feed_slices and not cuts \
+        known = model.value_type(name_in_model)
+        if known is not None and known.tensor_type.HasField("shape") and not feed_slices and not slices \
                 and not fewer_trips:
             graph.output.append(onnx.helper.make_value_info(name, known))
         elif name_in_model in store:  # rank known, sizes left open (shape edits change them)
@@ -570,8 +567,10 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             graph.output.append(info)
         else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
+    as_original = not candidate.edits and not mark_all and not (
+        model.inlined_into and any(i in model.inlined_into for i in kept))
     return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices,
-                        graph_fields=fields)
+                        graph_fields=fields, as_original=as_original)
 
 
 def is_frozen(record) -> bool:
@@ -610,7 +609,7 @@ COPY_CHUNK = 64 << 20
 
 
 def save_model(proto: onnx.ModelProto | bytes, path: Path, weights_in_place: bool = False,
-               external_data: bool = True) -> Path | None:
+               external_data: bool = True, checked: bool = True) -> Path | None:
     """Write atomically, checked, with only the weights the model uses. Tensors that reference another
     folder's external data (basepath: the original model's, see Model.initializer_reference) are read into
     the file when they are small, else their byte ranges are copied into PATH.data; inline weights go to
@@ -621,11 +620,13 @@ def save_model(proto: onnx.ModelProto | bytes, path: Path, weights_in_place: boo
     Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH.
     `external_data` False: the model is known to hold none (a candidate of a model without any), so its every
     node is not scanned for it. `proto` may be the model's bytes (Materialized.serialized): written as they are.
+    `checked` False: valid by construction (Materialized.as_original), so onnx's checker, a tenth of a second on a
+    50k-node candidate, is spared: the runner that loads it validates it anyway.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(proto, bytes):
         if not external_data:
-            _write_checked(proto, path)
+            _write_checked(proto, path, checked=checked)
             return None
         proto = onnx.ModelProto.FromString(proto)  # its references are found and copied in the message
     references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)] \
@@ -683,12 +684,13 @@ def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto]
     return None
 
 
-def _write_checked(data: bytes, path: Path, keep_side_file: bool = False) -> None:
-    """Written beside PATH, checked by onnx's checker, then moved into place; an earlier write's weights file,
-    which this model does not use, goes."""
+def _write_checked(data: bytes, path: Path, keep_side_file: bool = False, checked: bool = True) -> None:
+    """Written beside PATH, checked by onnx's checker (unless `checked` is False), then moved into place; an
+    earlier write's weights file, which this model does not use, goes."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
-    onnx.checker.check_model(str(tmp))
+    if checked:
+        onnx.checker.check_model(str(tmp))
     os.replace(tmp, path)
     if not keep_side_file:
         path.with_name(path.name + ".data").unlink(missing_ok=True)

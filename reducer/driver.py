@@ -276,6 +276,7 @@ class Reduction:
             },
             workdir=workdir,
             external_data=self.model.external_data,
+            checked=not built.as_original,
         )
         return _Pending(key, job, built)
 

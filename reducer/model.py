@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -121,21 +123,111 @@ def _check_external_data(proto: onnx.ModelProto, base_dir: Path) -> list[Path]:
     return files
 
 
+class SerializedTensors(Mapping):
+    """A model's weights, each held once as the serialized GraphProto `initializer` field every candidate that
+    keeps it joins as it is (serializing 56k small weights per candidate took half of a 50k-node candidate's
+    time; keeping both the message and its bytes held the weights twice). A TensorProto is parsed when asked
+    for: the few that an edit, a picture or a reference run of inlined branches need."""
+
+    def __init__(self):
+        self._fields: dict[str, tuple[bytes, int]] = {}  # name -> (field, where its payload starts)
+
+    def __getitem__(self, name: str) -> onnx.TensorProto:
+        field_bytes, start = self._fields[name]
+        return onnx.TensorProto.FromString(memoryview(field_bytes)[start:])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._fields
+
+    def __iter__(self):
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def field(self, name: str) -> bytes:
+        return self._fields[name][0]
+
+    def fields(self) -> list[bytes]:
+        return [field_bytes for field_bytes, _ in self._fields.values()]
+
+    def update(self, items) -> None:
+        """More tensors (name, TensorProto), serialized (an inlined branch's constants)."""
+        for name, tensor in items:
+            payload = tensor.SerializeToString()
+            key = field_key(INITIALIZER_FIELD, len(payload))
+            self._fields[name] = (key + payload, len(key))
+
+    def copy(self) -> SerializedTensors:
+        other = SerializedTensors()
+        other._fields = dict(self._fields)
+        return other
+
+
+class Cut(NamedTuple):
+    """What a candidate's nodes read and write (Model.cut_by)."""
+
+    weights: np.ndarray  # the initializers they read, numbered (TensorIndex), in the order first read
+    reads: list[str]  # what else they read but do not write, in the order first read: graph inputs, cut tensors
+    produced: np.ndarray  # by tensor number: whether they write it
+    unread: list[str]  # what they write that none of them reads, in order
+    index: TensorIndex
+
+    def writes(self, name: str) -> bool:
+        number = self.index.number.get(name)
+        return number is not None and bool(self.produced[number])
+
+    def weight_names(self) -> list[str]:
+        return [self.index.names[i] for i in self.weights]
+
+
+@dataclass(frozen=True)
+class TensorIndex:
+    """Every tensor the nodes read or write, numbered, and each node's reads and writes as flat arrays of those
+    numbers (with the node of each entry): a candidate's cut is then worked out in arrays (Model.cut_by)."""
+
+    names: list[str]
+    number: dict[str, int]
+    read_ids: np.ndarray
+    read_node: np.ndarray
+    write_ids: np.ndarray
+    write_node: np.ndarray
+    is_weight: np.ndarray  # by number: an initializer (never written by a node)
+
+    @classmethod
+    def of(cls, model: Model) -> TensorIndex:
+        number: dict[str, int] = {}
+        for names in (*model.node_writes, *model.node_reads):
+            for name in names:
+                number.setdefault(name, len(number))
+
+        def flat(per_node: list[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray]:
+            ids = np.fromiter((number[n] for names in per_node for n in names), np.int64)
+            return ids, np.repeat(np.arange(len(per_node)), [len(names) for names in per_node])
+
+        read_ids, read_node = flat(model.node_reads)
+        write_ids, write_node = flat(model.node_writes)
+        names = list(number)
+        is_weight = np.fromiter((n in model.initializers for n in names), bool, len(names))
+        return cls(names, number, read_ids, read_node, write_ids, write_node, is_weight)
+
+
 @dataclass
 class Model:
     """A loaded model: top-level nodes in topological order, with who produces and reads each tensor."""
 
     path: Path
-    proto: onnx.ModelProto  # external data not loaded
+    proto: onnx.ModelProto  # external data not loaded; without its weights where they are `SerializedTensors`
     nodes: list[onnx.NodeProto]  # topologically sorted
     node_reads: list[tuple[str, ...]]  # explicit inputs plus control-flow bodies' outer reads
     node_writes: list[tuple[str, ...]]
     producer: dict[str, int]
-    initializers: dict[str, onnx.TensorProto]
+    initializers: Mapping[str, onnx.TensorProto]  # SerializedTensors for a model without external data
     graph_inputs: dict[str, onnx.ValueInfoProto]  # inputs that are not initializers
     graph_outputs: list[str]
     fingerprint: str
-    value_types: dict[str, onnx.TypeProto] = field(default_factory=dict)
+    # each tensor's type as shape inference worked it out, serialized (see value_type)
+    value_types: dict[str, bytes] = field(default_factory=dict)
     # Control flow inlined after the reference run (see inline_taken_branches): an If's (Loop's) index -> the
     # indices of its taken branch's (unrolled body's) nodes, which sit just before it and write its outputs too.
     inlined: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -143,13 +235,21 @@ class Model:
     # a kept Loop's index -> the most iterations it ran in the reference (exact, or its trip count), where known
     iterations: dict[int, int] = field(default_factory=dict)
     external_data: bool = True  # whether any tensor (bodies' too) keeps its data in a file: False skips the scans
-    # serialized GraphProto fields, made once, joined into candidates (candidate.py): by node index, by weight name
-    _node_fields: list = field(default_factory=list, init=False, repr=False, compare=False)
-    _initializer_fields: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # serialized GraphProto `node` fields, made once, joined into candidates (candidate.py): by node index, and
+    # whether each is made yet
+    _node_fields: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    def full_proto(self) -> onnx.ModelProto:
+        """A copy of the whole model with its weights (`proto` holds none where they are serialized)."""
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        if isinstance(self.initializers, SerializedTensors):
+            proto.graph.MergeFromString(b"".join(self.initializers.fields()))
+        return proto
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -236,6 +336,47 @@ class Model:
                         graph.add_edge(writer, index)
         return graph
 
+    @cached_property
+    def tensors(self) -> TensorIndex:
+        return TensorIndex.of(self)
+
+    def cut_by(self, kept: list[int]) -> Cut:
+        """What the nodes `kept` (in order) read and write, worked out in arrays, not name by name (a 50k-node
+        candidate's reads walked in Python took a fifth of its time)."""
+        index = self.tensors
+        mask = np.zeros(len(self.nodes), bool)
+        mask[kept] = True
+        writes = index.write_ids[mask[index.write_node]]
+        reads = index.read_ids[mask[index.read_node]]
+        produced = np.zeros(len(index.names), bool)
+        produced[writes] = True
+        unique, first = np.unique(reads, return_index=True)
+        reads = unique[np.argsort(first, kind="stable")]  # in the order first read
+        consumed = np.zeros(len(index.names), bool)
+        consumed[reads] = True
+        reads = reads[~produced[reads]]
+        weights = index.is_weight[reads]
+        names = index.names
+        return Cut(weights=reads[weights], reads=[names[i] for i in reads[~weights]], produced=produced,
+                   unread=[names[i] for i in dict.fromkeys(writes[~consumed[writes]].tolist())], index=index)
+
+    def weight_fields(self, numbers: np.ndarray) -> list[bytes]:
+        """The weights numbered so (TensorIndex) as serialized GraphProto `initializer` fields, as they are (a
+        model without external data, whose weights are held so: SerializedTensors)."""
+        return self._weight_fields_by_number[numbers].tolist()
+
+    @cached_property
+    def _weight_fields_by_number(self) -> np.ndarray:
+        names, fields = self.tensors.names, np.empty(len(self.tensors.names), object)
+        for number in np.flatnonzero(self.tensors.is_weight):
+            fields[number] = self.initializers.field(names[number])
+        return fields
+
+    def value_type(self, name: str) -> onnx.TypeProto | None:
+        """The type shape inference worked out for a tensor, if it did."""
+        found = self.value_types.get(name)
+        return None if found is None else onnx.TypeProto.FromString(found)
+
     def node_label(self, index: int) -> str:
         node = self.nodes[index]
         return f"{node.name or '#' + str(index)} ({node.op_type})"
@@ -262,23 +403,14 @@ class Model:
     def node_fields(self, indices: list[int]) -> list[bytes]:
         """Nodes as serialized GraphProto `node` fields: each serialized once, then joined into every candidate
         that keeps it as it is (copying 50k node messages into a candidate took most of its 0.5 s)."""
-        fields = self._node_fields
-        if not fields:
-            fields.extend([None] * len(self.nodes))
-        for index in indices:
-            if fields[index] is None:
-                fields[index] = proto_field(NODE_FIELD, self.nodes[index].SerializeToString())
-        return list(map(fields.__getitem__, indices))
-
-    def initializer_field(self, name: str) -> bytes:
-        """Initializer `name` as it is, as a serialized GraphProto `initializer` field (a model without
-        external data only); tiny ones are kept once made (keeping the others would hold the weights twice)."""
-        found = self._initializer_fields.get(name)
-        if found is None:
-            found = proto_field(INITIALIZER_FIELD, self.initializers[name].SerializeToString())
-            if len(found) <= KEPT_FIELD_BYTES:
-                self._initializer_fields[name] = found
-        return found
+        if self._node_fields is None:
+            self._node_fields = (np.empty(len(self.nodes), object), np.zeros(len(self.nodes), bool))
+        fields, made = self._node_fields
+        indices = np.asarray(indices, np.int64)
+        for index in indices[~made[indices]].tolist():
+            fields[index] = proto_field(NODE_FIELD, self.nodes[index].SerializeToString())
+        made[indices] = True
+        return fields[indices].tolist()
 
     @cached_property
     def initializer_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -291,7 +423,6 @@ class Model:
 
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
-KEPT_FIELD_BYTES = 256  # scalars and shapes: per call, not per byte, is their cost
 
 
 def proto_field(number: int, payload: bytes) -> bytes:
@@ -372,7 +503,18 @@ def load_model(path: str | os.PathLike) -> Model:
     except onnx.checker.ValidationError as exc:
         raise BadModelError(f"{path}: the ONNX checker rejects it: {_first_line(exc)}") from None
 
-    model = Model(
+    value_types = _infer_types(proto)
+    if not external_files:
+        # the weights held once, as the bytes candidates join, and the message without them: a fresh one, as
+        # protobuf frees a message's memory only with the whole message (clearing a field keeps its bytes)
+        initializers = SerializedTensors()
+        initializers.update((t.name, t) for t in graph.initializer)
+        del graph.initializer[:]
+        proto = onnx.ModelProto.FromString(proto.SerializeToString())
+        graph = proto.graph
+        nodes = list(graph.node)  # topologically sorted above
+        graph_inputs = {i.name: i for i in graph.input if i.name not in initializers}
+    return Model(
         path=path,
         proto=proto,
         nodes=nodes,
@@ -383,9 +525,8 @@ def load_model(path: str | os.PathLike) -> Model:
         graph_inputs=graph_inputs,
         graph_outputs=[o.name for o in graph.output],
         fingerprint=_fingerprint(path, external_files), external_data=bool(external_files),
+        value_types=value_types,
     )
-    model.value_types = _infer_types(proto)
-    return model
 
 
 def _topological_order(graph, reads, producer, path) -> list[int]:
@@ -449,18 +590,20 @@ def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
-def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """Types of every tensor ONNX shape inference can work out; used to type outputs of candidates."""
+def _infer_types(proto: onnx.ModelProto) -> dict[str, bytes]:
+    """Types of every tensor ONNX shape inference can work out, serialized, the same ones shared (a TypeProto
+    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates."""
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
     except Exception:  # inference is a help, not a requirement
         inferred = proto
     graph = inferred.graph
-    types = {}
+    types: dict[str, bytes] = {}
+    shared: dict[bytes, bytes] = {}
     for info in [*graph.value_info, *graph.input, *graph.output]:
         if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
-            types[info.name] = onnx.TypeProto()
-            types[info.name].CopyFrom(info.type)  # a reference would keep the inferred copy (weights too) alive
+            serialized = info.type.SerializeToString()  # not a reference: it would keep the inferred copy alive
+            types[info.name] = shared.setdefault(serialized, serialized)
     return types
 
 
@@ -690,7 +833,7 @@ def inline_taken_branches(model: Model, taken: dict[int, bool], iterations: dict
     inside = {index: _defined_inside(node) for index, node in enumerate(model.nodes)
               if index in taken or index in iterations}
     used |= {name for names in inside.values() for name in names}  # another If's branch may define it too
-    initializers = dict(model.initializers)
+    initializers = model.initializers.copy()
     order: list[tuple[int | None, onnx.NodeProto]] = []  # (old index or None for a new node, node)
     new_branches: dict[int, int] = {}  # old If/Loop index -> how many new nodes precede it
     claimed: set[str] = set()  # names the inlined nodes write: two copies of one If (an unrolled Loop's) share names
@@ -742,8 +885,7 @@ def _defined_inside(node: onnx.NodeProto) -> set[str]:
 
 def flat_proto(model: Model) -> onnx.ModelProto:
     """The whole model with its inlined Ifs and Loops as their nodes: for the reference run of their insides."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
+    proto = model.full_proto()
     graph = proto.graph
     del graph.node[:]
     graph.node.extend(model.nodes[i] for i in sorted(model.flat))

@@ -46,12 +46,19 @@ def measure(nodes: int, folder: Path) -> dict[int, float]:
         model, store = prepare(str(path), InputOptions(inputs=str(inputs)), work / "ref", Progress())
         oracle = build_oracle(OracleOptions(runner=bench_scale.RUNNER, fail_on="nan"))
         try:
-            return bench_scale.candidate_overhead(Reduction(model, store, oracle, work / "checks", []),
-                                                  sizes=(1, 1000, 10000), repeat=5)
+            measured = bench_scale.candidate_overhead(Reduction(model, store, oracle, work / "checks", []),
+                                                      sizes=(1, 1000, 10000), repeat=5)
+            return {**measured, "peak_mb": _peak_mb()}
         finally:
             oracle.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory (VmHWM): the model loaded, its store opened, the candidates made."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
 
 def main() -> int:
@@ -72,14 +79,17 @@ def main() -> int:
             done = subprocess.run([sys.executable, __file__, ".", "--one", "1", "--nodes", str(args.nodes)],
                                   env=env, capture_output=True, text=True, check=True)
             runs[checkout].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    sizes = sorted({int(k) for r in runs.values() for m in r for k in m})
-    print(f"| commit | {' | '.join(f'{s} nodes' for s in sizes)} |")
-    print("|---|" + "---:|" * len(sizes))
+    sizes = sorted({int(k) for r in runs.values() for m in r for k in m if k.isdigit()})
+    print(f"| commit | {' | '.join(f'{s} nodes' for s in sizes)} | driver peak MB |")
+    print("|---|" + "---:|" * (len(sizes) + 1))
     for checkout, measured in runs.items():
         commit = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip() or "?"
+        dirty = subprocess.run(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
         cells = [f"{statistics.median(m[str(s)] for m in measured):.1f}" for s in sizes]
-        print(f"| {commit} | {' | '.join(cells)} |")
+        peak = statistics.median(m["peak_mb"] for m in measured)
+        print(f"| {commit}{' + changes' if dirty else ''} | {' | '.join(cells)} | {peak:.0f} |")
     return 0
 
 

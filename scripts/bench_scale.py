@@ -222,7 +222,7 @@ def candidate_overhead(reduction, sizes=(1, 10, 100, 1000, 10000), repeat: int =
     total = len(reduction.model)
     checks, strategy = reduction.counters.checks, reduction._strategy
     reduction._strategy = "overhead"
-    hint = "external_data" in inspect.signature(save_model).parameters  # as the oracles call it (older: none)
+    parameters = inspect.signature(save_model).parameters  # as the built-in oracle calls it (older: fewer)
     measured = {}
     for size in sorted({*sizes, total // 2}):
         if size > total // 2:
@@ -232,7 +232,9 @@ def candidate_overhead(reduction, sizes=(1, 10, 100, 1000, 10000), repeat: int =
             start = time.perf_counter()
             pending = reduction._prepare(Candidate(frozenset(range(shift, shift + size))), True, False)
             pending.job.workdir.mkdir(parents=True, exist_ok=True)
-            extra = {"external_data": pending.job.external_data} if hint else {}
+            extra = {"external_data": pending.job.external_data} if "external_data" in parameters else {}
+            if "checked" in parameters:
+                extra["checked"] = pending.job.checked
             save_model(pending.job.model, pending.job.workdir / "candidate.onnx", **extra)
             times.append(time.perf_counter() - start)
             shutil.rmtree(pending.job.workdir)

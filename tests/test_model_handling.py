@@ -122,6 +122,86 @@ def test_a_candidate_joined_from_serialized_nodes_is_the_model_its_messages_make
     assert frozen  # some cut froze a small integer tensor: its bytes sit among the weights, in order
 
 
+def _cut_by_name(model, kept: list[int]) -> tuple[list[str], list[str], set[str], list[str]]:
+    """What Model.cut_by works out in arrays, walked name by name: weights read and other tensors read but not
+    written (each in the order first read), tensors written, and those written that no kept node reads."""
+    produced = {name for i in kept for name in model.node_writes[i]}
+    read = list(dict.fromkeys(name for i in kept for name in model.node_reads[i]))
+    outside = [name for name in read if name not in produced]
+    unread = list(dict.fromkeys(name for i in kept for name in model.node_writes[i] if name not in set(read)))
+    return ([n for n in outside if n in model.initializers], [n for n in outside if n not in model.initializers],
+            produced, unread)
+
+
+@pytest.mark.parametrize("path", ["models/ch_PP-OCRv4_rec_infer.onnx", "models/silero_vad_16k_op15.onnx"])
+def test_a_candidates_reads_and_writes_worked_out_in_arrays_are_those_a_walk_by_name_finds(path):
+    """Model.cut_by (numbered tensors, numpy masks) against a plain walk over names, on real models (silero's Ifs
+    read outer tensors from their bodies) and many node subsets: the same tensors in the same order."""
+    from corpus_files import corpus_model
+
+    model = load_model(corpus_model(path) if "PP-OCRv4" in path else ROOT / "corpus" / path)
+    count = len(model)
+    rng = np.random.default_rng(1)
+    subsets = [range(count), range(count // 2), range(count // 3, count), [0], [count - 1]]
+    subsets += [rng.choice(count, size, replace=False) for size in (2, count // 10, count // 2, count - 1)]
+    for nodes in subsets:
+        kept = sorted(int(i) for i in nodes)
+        cut = model.cut_by(kept)
+        weights, reads, produced, unread = _cut_by_name(model, kept)
+        assert cut.weight_names() == weights
+        assert cut.reads == reads
+        assert cut.unread == unread
+        every = {n for i in range(count) for n in (*model.node_writes[i], *model.node_reads[i])} | {"no such"}
+        assert {n for n in every if cut.writes(n)} == produced
+
+
+def test_weights_are_held_once_as_the_bytes_candidates_join(tmp_path):
+    """A model without external data keeps its weights as serialized fields only, not also in its message: the
+    message has none, the whole model with them is the file's model, and a weight asked for is the original."""
+    from reducer.model import SerializedTensors
+
+    path = ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx"
+    original = onnx.load(str(path))
+    model = load_model(path)
+    assert isinstance(model.initializers, SerializedTensors)
+    assert len(model.proto.graph.initializer) == 0 and len(model.initializers) == len(original.graph.initializer) > 10
+    full = model.full_proto()
+    assert [t.SerializeToString() for t in full.graph.initializer] == \
+        [t.SerializeToString() for t in original.graph.initializer]
+    for tensor in original.graph.initializer[:5]:
+        np.testing.assert_array_equal(model.initializer_array(tensor.name), numpy_helper.to_array(tensor))
+        assert model.initializers[tensor.name].SerializeToString() == tensor.SerializeToString()
+    assert model.initializer_shapes == {t.name: tuple(t.dims) for t in original.graph.initializer}
+
+
+def test_only_candidates_made_of_the_originals_nodes_skip_onnx_checker(tmp_path, monkeypatch):
+    """onnx's checker is spared where a candidate is the original's nodes and weights as they are (valid by
+    construction: the original passed it at load); a candidate with an edit, a probe's added outputs and every
+    file handed to a command are still checked."""
+    from reducer.candidate import WeightFill
+
+    model = load_model(ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx")
+    feeds = dict(np.load(ROOT / "corpus" / "inputs" / "silero_vad_int16pcm.npz"))
+    store = reference_store(model, feeds, tmp_path / "store")
+    checked: list[str] = []
+    original = onnx.checker.check_model
+    monkeypatch.setattr(onnx.checker, "check_model", lambda m, *a, **k: (checked.append(str(m)), original(m, *a, **k)))
+    half = Candidate(frozenset(range(len(model) // 2)))
+    weight = next(n for i in half.nodes for n in model.node_reads[i] if n in model.initializers)
+    cases = {"as the original": (materialize(model, half, store), False),
+             "an edit": (materialize(model, half.with_edit(WeightFill(weight, 0.0)), store), True),
+             "a probe": (materialize(model, half, store, mark_all=True), True)}
+    for name, (built, expected) in cases.items():
+        assert built.as_original is not expected, name
+        checked.clear()
+        save_model(built.serialized(), tmp_path / "c.onnx", external_data=False, checked=not built.as_original)
+        assert bool(checked) is expected, name
+        onnx.checker.check_model(str(tmp_path / "c.onnx"))  # valid all the same
+    checked.clear()
+    save_model(cases["as the original"][0].serialized(), tmp_path / "c.onnx", external_data=False)  # the default
+    assert checked
+
+
 def test_materialized_candidates_keep_declarations_and_type_every_output(tmp_path):
     path = chain_with_external_weights(tmp_path / "model")
     model = load_model(path)
