@@ -7,6 +7,7 @@ import errno
 import hashlib
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -412,6 +413,10 @@ class Candidate:
 
     def key(self) -> str:
         """Canonical: the same node set and edits always hash the same, whichever strategy proposed them."""
+        return self._key
+
+    @cached_property
+    def _key(self) -> str:  # asked for several times a check (judged, spent, cached): worked out once
         digest = hashlib.sha256(np.sort(np.fromiter(self.nodes, np.int64, len(self.nodes))).tobytes())
         if self.edits:
             digest.update(("|" + ";".join(map(repr, self.edits))).encode())
