@@ -503,6 +503,8 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     feed_slices: dict[str, tuple] = {}
     if joined:
         fields.extend(model.weight_fields(tensors.weights))
+    elif not model.external_data and not fills and not slices:  # the weights as they are, parsed at once
+        graph.MergeFromString(b"".join(model.weight_fields(tensors.weights)))
     else:
         for name in tensors.weight_names():
             if name not in fills and name not in slices:  # kept as it is: external data stays on disk

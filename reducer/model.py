@@ -406,6 +406,8 @@ class Model:
     def initializer_reference(self, name: str) -> onnx.TensorProto:
         """A copy of an initializer as it is: external data stays a reference to the original file (nothing
         is read), with the model's folder as its basepath, for save_model to copy just those bytes."""
+        if isinstance(self.initializers, SerializedTensors):
+            return self.initializers[name]  # parsed anew: a copy already
         tensor = onnx.TensorProto()
         tensor.CopyFrom(self.initializers[name])
         if self.external_data:

@@ -478,14 +478,15 @@ PROFILE_NOTES = [
     "nodes (3 to 7 us a node at 100k: materialize, key, save and check), nothing in the whole model's size.",
     "",
     "Against the issue's targets: the probe (in the search column) costs less than the whole model's check at "
-    "10k and 100k nodes; a candidate's overhead stays under 20 ms up to a few thousand nodes at 100k (1 node: "
-    "0.3 ms), and grows with the candidate, not the model; the time to the repro grows about linearly (the "
-    "exponents above). Peak memory is not under twice the model for these graphs, whose weights are small: "
-    "see below.",
+    "10k and 100k nodes; a candidate's overhead stays under 20 ms up to about 30k nodes at 100k (1 node: "
+    "0.5 ms; 50k: about 30 ms, most of it writing its 20 MB file), and grows with the candidate, not the model; "
+    "the time to the repro grows about linearly (the exponents above). Peak memory is not under twice the model "
+    "for these graphs, whose weights are small: see below.",
     "",
-    "Peak memory at 100k nodes is the graph's structure, not its weights: the 45 MB transformer file is 250 MB "
-    "of protobuf objects in the driver, plus its inferred types (45 MB: copies now; references kept shape "
-    "inference's whole copy of the model alive, 210 MB), the networkx DAG (65 MB) and the imports (120 MB). "
+    "Peak memory at 100k nodes is the graph's structure, not its weights: the 45 MB transformer file is about "
+    "230 MB of protobuf objects and indexes in the driver once loaded (its inferred types kept serialized and "
+    "shared: 174 MB as one TypeProto each), the networkx DAG (90 MB) and the imports (100 MB); loading peaks "
+    "higher, with shape inference's copy of the whole model. "
     "The driver's peak comes with the whole model's check (the candidate of every node: one more copy of the "
     "graph, saved and checked) or, on the chain, with report.json (its `origin` lists the path from the input "
     "to the kept node: 66k nodes). The worker's peak is ONNX Runtime's session of the whole fp16-storage model "
