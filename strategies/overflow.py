@@ -1,9 +1,11 @@
 """The onset of an overflow the driver has shown to carry the failure: a command whose reference leaves
 fp16's range, and whose whole model stops failing with those values fed from the reference (one check:
 Reduction.overflow_carries). The nodes that compute or read them are where the failure is. The first that
-computes one is tried alone, grown upwards until what feeds it is faithful (the onset), then the whole
-out-of-range region, grown alike. Bisection of where *some* failure shows would stop at whatever fails alone
-first, by rounding too; this goes where the failure was shown to be, in one or two checks.
+computes one is tried alone, grown upwards until what feeds it is faithful (the onset), then with the nodes
+that read it (a value overflows where it is stored at the target's precision: a converted model's outputs
+stay fp32, so the onset alone may compute 3e5 and hand it out whole), then the whole out-of-range region,
+grown alike. Bisection of where *some* failure shows would stop at whatever fails alone first, by rounding
+too; this goes where the failure was shown to be, in one to three checks.
 
 Where neither fails, the failure shows below the region: an Inf scaled back down holds a value in range in
 the reference, and the NaN a check looks for appears at a node that reads it (the next subtraction or
@@ -28,7 +30,11 @@ class OverflowOnset:
             return
         first = next((n for n in context.beyond_target if n in region), min(region))
         whole_region = grown(region, context, current)
-        options = [grown(frozenset({first}), context, current), whole_region]
+        # the onset alone, then with what reads it: an out-of-range value overflows where it is stored at the
+        # target's precision, which a graph output may not be (a converted model keeps fp32 inputs and outputs)
+        readers = frozenset(context.model.dag.subgraph(current.nodes).successors(first))
+        options = [grown(frozenset({first}), context, current), grown(frozenset({first}) | readers, context, current),
+                   whole_region]
         batch = list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
         if not batch or (yield batch) is not None or len(whole_region) >= len(current):
             return  # the failure is in the region (the current candidate is no more than it)

@@ -411,3 +411,26 @@ def test_origin_secures_the_proven_prefix_first_when_the_budget_may_not_hold_the
     assert first_batch_after_the_end_search(2) == [prefix]
     assert prefix not in first_batch_after_the_end_search(None)
     assert prefix not in first_batch_after_the_end_search(30)
+
+
+def test_an_overflow_onset_that_fails_only_where_its_value_is_read_is_found_with_its_reader(tmp_path):
+    """A converted model keeps fp32 outputs: the onset alone hands its out-of-range value out whole, and the
+    overflow shows only once a node reads it stored at the target's precision. The onset with its readers is the
+    second candidate, before the whole out-of-range region, and the search ends there: 2 checks, not the region's
+    and then a bisection's."""
+    model = diamond_chain_model(tmp_path, blocks=4)
+    onset = model.producer["a1"]  # a1 is out of range; b1 and c1 read it, and so on down the chain
+    region = frozenset(i for i in range(len(model)) if i >= onset)
+    readers = {model.producer["b1"], model.producer["c1"]}
+    context = SearchContext(model, (), beyond_target=tuple(sorted(region)), overflow_region=region)
+    start = Candidate(frozenset(range(len(model))))
+    (strategy,) = make_strategies(["overflow"])
+    proposals = strategy.search(start, context)
+    batch = next(proposals)
+    assert [c.nodes for c in batch] == [frozenset({onset}), frozenset({onset, *readers}), region]
+
+    def fails(candidate):  # the value overflows only where a reader of it is kept
+        return onset in candidate.nodes and bool(readers & candidate.nodes)
+
+    final, calls = drive(strategy, start, fails, context)
+    assert final.nodes == {onset, *readers} and calls == 2
