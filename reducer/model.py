@@ -435,6 +435,7 @@ class Model:
         return numpy_helper.to_array(self.initializer_inline(name))
 
 
+FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
 
@@ -517,7 +518,6 @@ def load_model(path: str | os.PathLike) -> Model:
     except onnx.checker.ValidationError as exc:
         raise BadModelError(f"{path}: the ONNX checker rejects it: {_first_line(exc)}") from None
 
-    value_types = _infer_types(proto)
     if not external_files:
         # the weights held once, as the bytes candidates join, and the message without them: a fresh one, as
         # protobuf frees a message's memory only with the whole message (clearing a field keeps its bytes)
@@ -528,6 +528,7 @@ def load_model(path: str | os.PathLike) -> Model:
         graph = proto.graph
         nodes = list(graph.node)  # topologically sorted above
         graph_inputs = {i.name: i for i in graph.input if i.name not in initializers}
+    value_types = _infer_types(proto, initializers)
     return Model(
         path=path,
         proto=proto,
@@ -604,9 +605,26 @@ def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
-def _infer_types(proto: onnx.ModelProto) -> dict[str, bytes]:
+# A float weight larger than this is handed to shape inference by its type and dims alone: no operator's output
+# shape depends on the values of a large float tensor (a Resize's scales, a Range's bounds are a few numbers).
+SHAPE_VALUES_MAX_ELEMENTS = 64
+
+
+def _infer_types(proto: onnx.ModelProto, initializers: Mapping[str, onnx.TensorProto]) -> dict[str, bytes]:
     """Types of every tensor ONNX shape inference can work out, serialized, the same ones shared (a TypeProto
-    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates."""
+    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates. Inferred on a copy
+    without large float weights' values (SHAPE_VALUES_MAX_ELEMENTS): the copies inference makes of the whole
+    model set the driver's peak memory."""
+    if isinstance(initializers, SerializedTensors):  # `proto` holds none: what inference needs of them
+        light = onnx.ModelProto()
+        light.CopyFrom(proto)
+        for name in initializers:
+            tensor = initializers[name]
+            if tensor.data_type in FLOAT_TYPES and np.prod(tensor.dims, dtype=np.int64) > SHAPE_VALUES_MAX_ELEMENTS:
+                light.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, tensor.dims))
+            else:
+                light.graph.initializer.append(tensor)
+        proto = light
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
     except Exception:  # inference is a help, not a requirement
@@ -615,7 +633,7 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, bytes]:
     types: dict[str, bytes] = {}
     shared: dict[bytes, bytes] = {}
     for info in [*graph.value_info, *graph.input, *graph.output]:
-        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type and info.name not in initializers:
             serialized = info.type.SerializeToString()  # not a reference: it would keep the inferred copy alive
             types[info.name] = shared.setdefault(serialized, serialized)
     return types

@@ -174,6 +174,17 @@ def test_weights_are_held_once_as_the_bytes_candidates_join(tmp_path):
     assert model.initializer_shapes == {t.name: tuple(t.dims) for t in original.graph.initializer}
 
 
+def test_types_inferred_without_large_weights_values_are_those_inferred_with_them():
+    """Shape inference gets large float weights by type and dims alone (the copies it makes of the whole model
+    set the driver's peak): on a real model with large weights, every type it works out is the same."""
+    from reducer.model import SHAPE_VALUES_MAX_ELEMENTS, _infer_types
+
+    model = load_model(ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx")
+    assert any(np.prod(model.initializers[n].dims) > SHAPE_VALUES_MAX_ELEMENTS for n in model.initializers)
+    with_values = {k: v for k, v in _infer_types(model.full_proto(), {}).items() if k not in model.initializers}
+    assert model.value_types == with_values and len(with_values) > 100
+
+
 def test_only_candidates_made_of_the_originals_nodes_skip_onnx_checker(tmp_path, monkeypatch):
     """onnx's checker is spared where a candidate is the original's nodes and weights as they are (valid by
     construction: the original passed it at load); a candidate with an edit, a probe's added outputs and every
