@@ -155,8 +155,8 @@ class SerializedTensors(Mapping):
         """More tensors (name, TensorProto), serialized (an inlined branch's constants)."""
         for name, tensor in items:
             payload = tensor.SerializeToString()
-            key = field_key(INITIALIZER_FIELD, len(payload))
-            self._fields[name] = (key + payload, len(key))
+            field_bytes = proto_field(INITIALIZER_FIELD, payload)
+            self._fields[name] = (field_bytes, len(field_bytes) - len(payload))
 
     def copy(self) -> SerializedTensors:
         other = SerializedTensors()
@@ -257,6 +257,12 @@ class Model:
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    @property
+    def weights_in_files(self) -> bool:
+        """Whether an initializer keeps its data in a file (a reference run is then told the model's folder)."""
+        return self.external_data and any(t.data_location == onnx.TensorProto.EXTERNAL
+                                          for t in self.initializers.values())
 
     def full_proto(self) -> onnx.ModelProto:
         """A copy of the whole model with its weights (`proto` holds none where they are serialized)."""
@@ -518,17 +524,19 @@ def load_model(path: str | os.PathLike) -> Model:
     except onnx.checker.ValidationError as exc:
         raise BadModelError(f"{path}: the ONNX checker rejects it: {_first_line(exc)}") from None
 
+    stand_ins = None
     if not external_files:
         # the weights held once, as the bytes candidates join, and the message without them: a fresh one, as
         # protobuf frees a message's memory only with the whole message (clearing a field keeps its bytes)
         initializers = SerializedTensors()
         initializers.update((t.name, t) for t in graph.initializer)
+        stand_ins = _shape_stand_ins(graph.initializer)
         del graph.initializer[:]
         proto = onnx.ModelProto.FromString(proto.SerializeToString())
         graph = proto.graph
         nodes = list(graph.node)  # topologically sorted above
         graph_inputs = {i.name: i for i in graph.input if i.name not in initializers}
-    value_types = _infer_types(proto, initializers)
+    value_types = _infer_types(proto, stand_ins)
     return Model(
         path=path,
         proto=proto,
@@ -610,21 +618,40 @@ def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
 SHAPE_VALUES_MAX_ELEMENTS = 64
 
 
-def _infer_types(proto: onnx.ModelProto, initializers: Mapping[str, onnx.TensorProto]) -> dict[str, bytes]:
+StandIns = tuple[list[tuple[str, int, tuple[int, ...]]], list[onnx.TensorProto]]
+
+
+def _shape_stand_ins(weights) -> StandIns:
+    """What shape inference needs of the weights: large float ones as typed inputs (name, type, dims: plain data,
+    as a message each would hold a kilobyte or two), the others as they are."""
+    inputs, kept = [], []
+    for tensor in weights:
+        if tensor.data_type in FLOAT_TYPES and np.prod(tensor.dims, dtype=np.int64) > SHAPE_VALUES_MAX_ELEMENTS:
+            inputs.append((tensor.name, tensor.data_type, tuple(tensor.dims)))
+        else:
+            kept.append(onnx.TensorProto())
+            kept[-1].CopyFrom(tensor)  # its own message: the model's goes once its weights are serialized
+    return inputs, kept
+
+
+def _infer_types(proto: onnx.ModelProto, stand_ins: StandIns | None = None) -> dict[str, bytes]:
     """Types of every tensor ONNX shape inference can work out, serialized, the same ones shared (a TypeProto
-    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates. Inferred on a copy
-    without large float weights' values (SHAPE_VALUES_MAX_ELEMENTS): the copies inference makes of the whole
-    model set the driver's peak memory."""
-    if isinstance(initializers, SerializedTensors):  # `proto` holds none: what inference needs of them
+    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates. `stand_ins`: what a
+    model whose message holds no weights gives inference instead (_shape_stand_ins), not their values: the
+    copies inference makes of the whole model set the driver's peak memory."""
+    stand_in_inputs: set[str] = set()
+    if stand_ins is not None:
+        inputs, kept = stand_ins
         light = onnx.ModelProto()
         light.CopyFrom(proto)
-        for name in initializers:
-            tensor = initializers[name]
-            if tensor.data_type in FLOAT_TYPES and np.prod(tensor.dims, dtype=np.int64) > SHAPE_VALUES_MAX_ELEMENTS:
-                light.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, tensor.dims))
-            else:
-                light.graph.initializer.append(tensor)
-        proto = light
+        for name, data_type, dims in inputs:
+            declared = light.graph.input.add(name=name).type.tensor_type
+            declared.elem_type = data_type
+            declared.shape.SetInParent()
+            for size in dims:
+                declared.shape.dim.add(dim_value=size)
+        light.graph.initializer.extend(kept)
+        proto, stand_in_inputs = light, {name for name, _, _ in inputs}
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
     except Exception:  # inference is a help, not a requirement
@@ -633,7 +660,7 @@ def _infer_types(proto: onnx.ModelProto, initializers: Mapping[str, onnx.TensorP
     types: dict[str, bytes] = {}
     shared: dict[bytes, bytes] = {}
     for info in [*graph.value_info, *graph.input, *graph.output]:
-        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type and info.name not in initializers:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type and info.name not in stand_in_inputs:
             serialized = info.type.SerializeToString()  # not a reference: it would keep the inferred copy alive
             types[info.name] = shared.setdefault(serialized, serialized)
     return types

@@ -57,8 +57,7 @@ def prepare(
     inputs = ActivationStore.write(scratch / "inputs", key, feeds.items())
     capture_path = scratch / "capture.onnx"
     onnx.save(capture_model(model), str(capture_path))  # may keep external references: resolved below
-    has_external = model.external_data and any(
-        t.data_location == onnx.TensorProto.EXTERNAL for t in model.initializers.values())
+    has_external = model.weights_in_files
     borrowed = worker is not None  # the oracle's warm worker: one process start less
     worker = worker or Worker(REFERENCE_RUNNER)
     alongside = ThreadPoolExecutor(max_workers=1)
@@ -166,8 +165,7 @@ def _capture_flat(model: Model, store: ActivationStore, key: str, store_dir: Pat
         present.update(node.output)
     capture_path = scratch / "capture_branches.onnx"
     onnx.save(capture, str(capture_path))
-    has_external = model.external_data and any(
-        t.data_location == onnx.TensorProto.EXTERNAL for t in model.initializers.values())
+    has_external = model.weights_in_files
     borrowed = worker is not None
     worker = worker or Worker(REFERENCE_RUNNER)
     try:

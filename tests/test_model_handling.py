@@ -181,7 +181,7 @@ def test_types_inferred_without_large_weights_values_are_those_inferred_with_the
 
     model = load_model(ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx")
     assert any(np.prod(model.initializers[n].dims) > SHAPE_VALUES_MAX_ELEMENTS for n in model.initializers)
-    with_values = {k: v for k, v in _infer_types(model.full_proto(), {}).items() if k not in model.initializers}
+    with_values = {k: v for k, v in _infer_types(model.full_proto()).items() if k not in model.initializers}
     assert model.value_types == with_values and len(with_values) > 100
 
 
