@@ -58,8 +58,8 @@ def computed(model: Model, run: CounterfactualRun) -> frozenset[int] | None:
     hold reaches no output): two runs that compute the same nodes are one run, checked once. A `without` run of
     a prefix's last node and one of the whole prefix are the same where only that node's outputs cross the cut.
     None for an `exact` run (the whole model, run by node set)."""
-    if run.kind == "downstream":
-        return downstream(model, run.nodes)
+    if run.kind == "downstream":  # what of it reaches an output: the same model as a `without` run computing that
+        return live(model, downstream(model, run.nodes))
     if run.kind == "without":
         return live(model, model.flat - run.nodes)  # the whole model, its inlined Ifs as their taken branches
     return None
@@ -89,12 +89,14 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore,
         built.shell.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(names))  # nodes stay bytes
         return built
     nodes = computed(model, run) if nodes is None else nodes
-    if run.kind == "without":
-        built = materialize(model, Candidate(nodes), store, model_outputs_only=True) if nodes else None
-        # every output computed by the exact nodes: they are the reference's, so the model passes (a model
-        # with no output would not even load, and its error would be taken for the failure)
-        return built if built is not None and (built.outputs or built.unrunnable) else None
-    return materialize(model, Candidate(nodes), store) if nodes != run.nodes else None
+    if not nodes or (run.kind == "downstream" and nodes == run.nodes):
+        return None
+    # the model's outputs alone, judged as the whole model's are: a `without` and a `downstream` run that compute
+    # the same nodes are the same model
+    built = materialize(model, Candidate(nodes), store, model_outputs_only=True)
+    # every output computed by the exact nodes: they are the reference's, so the model passes (a model with no
+    # output would not even load, and its error would be taken for the failure)
+    return built if built.outputs or built.unrunnable else None
 
 
 def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:

@@ -537,7 +537,7 @@ class Reduction:
     def _counterfactual_check(self, run: CounterfactualRun) -> Verdict | None:
         nodes = counterfactual.computed(self.model, run)  # one traversal, handed to counterfactual.build
         below = nodes if run.kind == "downstream" else None
-        if below == self.model.original_nodes:
+        if below == self._whole_live:
             # the repro and all below it is the whole model: its verdict is the first check's, already run
             self.counters.cache_hits += 1
             return self.original
@@ -553,9 +553,10 @@ class Reduction:
                 raise LookupError(run.kind)  # nothing to run: see counterfactual.judge_runs
             return built
 
-        # keyed by what it computes: the same run asked for another node set is answered once (a key of its own
-        # kind: an older version's cache, in the same output folder, keyed these runs by the repro's nodes)
-        key = run.key() if nodes is None else f"{run.kind} computing:" + Candidate(nodes).key()
+        # keyed by what it computes, whatever the kind: the same model asked for another node set, or by the other
+        # kind (a repro's `downstream` run is often an end-search probe), is answered once (a key of its own:
+        # older versions' caches, in the same output folder, keyed these runs by the repro's nodes or the kind)
+        key = run.key() if nodes is None else "computing:" + Candidate(nodes).key()
         prepared = self._prepare_built(key, build, use_cache=True, faithful=False)
         if isinstance(prepared, _Pending):
             prepared.verdict = self._run_check(prepared)
@@ -678,6 +679,11 @@ class Reduction:
             return None
         inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
         return default_budget(len(self.model)) + inside
+
+    @cached_property
+    def _whole_live(self) -> frozenset[int]:
+        """What of the whole model reaches an output: a `downstream` run computing all of it is the first check."""
+        return counterfactual.live(self.model, self.model.original_nodes)
 
     @cached_property
     def _if_bisection_costs(self) -> dict[int, int]:

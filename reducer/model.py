@@ -170,7 +170,9 @@ class Cut(NamedTuple):
     weights: np.ndarray  # the initializers they read, numbered (TensorIndex), in the order first read
     reads: list[str]  # what else they read but do not write, in the order first read: graph inputs, cut tensors
     produced: np.ndarray  # the numbers of the tensors they write, sorted
-    unread: list[str]  # what they write that none of them reads, in order
+    # what they write that none of them reads but another node does, in order: the cut's outputs (what no node
+    # reads, the model never showed either, unless it is a graph output: an LSTM's unused final state)
+    unread: list[str]
     index: TensorIndex
 
     def writes(self, name: str) -> bool:
@@ -193,6 +195,7 @@ class TensorIndex:
     write_ids: np.ndarray
     write_start: np.ndarray
     is_weight: np.ndarray  # by number: an initializer (never written by a node)
+    is_read: np.ndarray  # by number: some node reads it
 
     @classmethod
     def of(cls, model: Model) -> TensorIndex:
@@ -209,7 +212,8 @@ class TensorIndex:
         write_ids, write_start = flat(model.node_writes)
         names = list(number)
         is_weight = np.fromiter((n in model.initializers for n in names), bool, len(names))
-        return cls(names, number, read_ids, read_start, write_ids, write_start, is_weight)
+        is_read = np.bincount(read_ids, minlength=len(names)) > 0
+        return cls(names, number, read_ids, read_start, write_ids, write_start, is_weight, is_read)
 
 
 def _gathered(start: np.ndarray, ids: np.ndarray, nodes: np.ndarray) -> np.ndarray:
@@ -374,6 +378,7 @@ class Model:
         reads = reads[~_holds(writes_sorted, reads)]
         weights = index.is_weight[reads]
         unread = writes[~_holds(unique, writes)]
+        unread = unread[index.is_read[unread]]
         names = index.names
         return Cut(weights=reads[weights], reads=[names[i] for i in reads[~weights]], produced=writes_sorted,
                    unread=[names[i] for i in dict.fromkeys(unread.tolist())], index=index)

@@ -61,13 +61,16 @@ class FailureOrigin:
         alone_still_failing = yield Exact(frozenset({origin}))
         if alone_still_failing is None:
             return
+        options = [grown(frozenset({origin}), context, current)]
         producers = with_producers(origin, context, current)
-        options = [grown(frozenset({origin}), context, current), producers]
         if alone_still_failing and len(producers) < len(current):
             # the same question of the origin with its producers (often answered already: what they compute is
             # an end-search probe's); carrying it is likelier than failing alone
             if (yield Exact(producers)) is None:
                 return
+            options.append(producers)
+        # where the origin alone carries it, its producers are not tried: with all above it exact the whole model
+        # still fails, so what the origin needs to fail alone lies below it (the front cut, further on)
         batch = self._batch(current, options)
         if batch and (yield batch) is not None:
             return

@@ -124,11 +124,14 @@ def test_a_candidate_joined_from_serialized_nodes_is_the_model_its_messages_make
 
 def _cut_by_name(model, kept: list[int]) -> tuple[list[str], list[str], set[str], list[str]]:
     """What Model.cut_by works out in arrays, walked name by name: weights read and other tensors read but not
-    written (each in the order first read), tensors written, and those written that no kept node reads."""
+    written (each in the order first read), tensors written, and those written that no kept node reads but another
+    node does."""
     produced = {name for i in kept for name in model.node_writes[i]}
     read = list(dict.fromkeys(name for i in kept for name in model.node_reads[i]))
     outside = [name for name in read if name not in produced]
-    unread = list(dict.fromkeys(name for i in kept for name in model.node_writes[i] if name not in set(read)))
+    read_anywhere = {name for reads in model.node_reads for name in reads}
+    unread = list(dict.fromkeys(name for i in kept for name in model.node_writes[i]
+                                if name not in set(read) and name in read_anywhere))
     return ([n for n in outside if n in model.initializers], [n for n in outside if n not in model.initializers],
             produced, unread)
 
@@ -238,6 +241,24 @@ def test_materialized_candidates_keep_declarations_and_type_every_output(tmp_pat
     values = dict(zip([o.name for o in session.get_outputs()],
                       session.run(None, {name: np.asarray(store.load(name)) for name in built.fed}), strict=True))
     np.testing.assert_allclose(values["m2"], store.load("m2"), rtol=1e-5, atol=1e-5)
+
+
+def test_a_tensor_no_node_reads_is_no_output_of_the_whole_model_or_a_candidate(tmp_path):
+    """The whole model's check sees the graph outputs alone, as the user's model shows them: a Split's second half
+    (an LSTM's unused final state, as in ddddocr) that nothing reads is no output, where a cut tensor is one."""
+    nodes = [helper.make_node("Split", ["x"], ["front", "back"], name="split", axis=0, num_outputs=2),
+             helper.make_node("Relu", ["front"], ["r"], name="relu"),
+             helper.make_node("Neg", ["r"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "split.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    model = load_model(path)
+    store = reference_store(model, {"x": np.array([1, -2, 3, -4], np.float32)}, tmp_path / "store")
+    whole = materialize(model, Candidate(model.original_nodes), store)
+    assert [o.name for o in whole.proto.graph.output] == ["y"]
+    front = materialize(model, Candidate(frozenset({model.producer["front"]})), store)
+    assert [o.name for o in front.proto.graph.output] == ["front"]  # read by the relu it cuts; "back" by nothing
 
 
 def test_control_flow_bodies_reading_outer_tensors_count_as_consumers(tmp_path):
