@@ -133,9 +133,10 @@ def test_a_planted_cause_is_found_and_proven(planted, tmp_path):
 
 def test_a_bystander_is_never_the_result(planted, tmp_path):
     """Bisection of where a failure first shows stops at the bystander (listed first, it fails alone):
-    the proof rejects it, and the search goes on to a repro that carries the failure."""
+    the proof rejects it, and the search goes on to a repro that carries the failure (to 1-minimality: by
+    default a proven cause of up to 10 nodes, the bystander among them, ends the search)."""
     path, names = planted
-    report = reduce(tmp_path, path, *FP16, "--strategy", "prefix,linear")
+    report = reduce(tmp_path, path, *FP16, "--strategy", "prefix,linear", "--minimal")
     assert names["bystander"] not in kept_names(tmp_path), kept_names(tmp_path)
     assert names["cause"] in kept_names(tmp_path)
     assert report["cause"]["holds"]
@@ -244,6 +245,28 @@ def test_two_counterfactual_runs_that_compute_the_same_nodes_are_checked_once(pl
         reduction.close()
 
 
+def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_check(planted, tmp_path):
+    """All above the BatchNormalization exact (an end-search probe) computes it and what lies below it: the same
+    model as its proof's `downstream` run (it and all below it, fed the reference), judged on the model's outputs
+    alike. That run is the probe's verdict; the proof costs its `without` run alone."""
+    from reducer.candidate import Candidate
+
+    path, names = planted
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        cause = index[names["cause"]]
+        above = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_", "bystander_")))
+        assert reduction.still_fails_with_exact(above) is True  # the BatchNormalization still overflows
+        before = reduction.counters.checks
+        proof = reduction.proof(Candidate(frozenset({cause})))
+        assert proof.holds and "downstream" in proof.verdicts, proof.verdicts
+        assert reduction.counters.checks - before == 1  # the `without` run only
+    finally:
+        reduction.close()
+
+
 def overflow_model(path: Path, padding: int = 24, harmless: bool = False) -> dict[str, str]:
     """x in 0.3..1 (1x16) through `padding` harmless Abs/Relu nodes, then two Muls by 1000: the second computes
     3e5..1e6, beyond fp16's 65504 (Inf there), and a Mul by 1e-3 brings it back in range in fp32 only (a Relu
@@ -323,7 +346,7 @@ def test_the_onset_of_an_overflow_whose_nan_shows_further_down_is_found_by_gallo
     """The overflow's first node alone gives Inf, not the NaN a user's check looks for: that shows two nodes
     further down, at a subtraction that the reference feeds values in range (the Inf scaled back down), so no
     out-of-range value reaches it; 17 more nodes read them. Neither the onset nor the region fails, so the
-    onset grows along what it reaches, 2, 4 nodes, then back to 3, and ends on the subtraction and its feed."""
+    onset grows along what it reaches, 2, then 4 nodes, which hold the subtraction and its feed."""
     nodes, last = [], "x"
     for i in range(8):
         op = "Abs" if i % 2 == 0 else "Relu"
@@ -351,11 +374,15 @@ def test_the_onset_of_an_overflow_whose_nan_shows_further_down_is_found_by_gallo
     report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(tmp_path / "nan_only.py"),
                     "{model}", "{inputs}", str(ROOT))
     assert report["status"] == "reduced" and report["final"]["failing"]
-    assert kept_names(tmp_path) == ["overflow", "scale_down", "inf_minus_inf"]
+    # the onset grown by 2, then 4 nodes: 4 are at most log2 of the model's 30, a small cause that ends the default
+    # search (with --minimal, the bisection goes back to 3: the subtraction and its feed)
+    kept = kept_names(tmp_path)
+    assert kept[:3] == ["overflow", "scale_down", "inf_minus_inf"] and len(kept) <= 4, kept
+    assert report["stopped_by"] == "small" and not report["one_minimal"]
     assert report["cause"]["method"] == "onset" and report["cause"]["overflow"]["carries"]
     # the whole model, the hint's test, the onset, the onset with its readers and the region (all pass), the
-    # onset with 1, 3 and 2 more nodes, the final re-check (14 checks when the generic strategies took over here)
-    assert report["checks"] <= 9, report["checks"]
+    # onset with 1 and 3 more nodes, the final re-check (14 checks when the generic strategies took over here)
+    assert report["checks"] <= 8, report["checks"]
 
 
 def test_a_harmless_overflow_is_only_a_hint_and_the_cause_is_proven(tmp_path):

@@ -124,11 +124,11 @@ def test_a_candidate_joined_from_serialized_nodes_is_the_model_its_messages_make
 
 def _cut_by_name(model, kept: list[int]) -> tuple[list[str], list[str], set[str], list[str]]:
     """What Model.cut_by works out in arrays, walked name by name: weights read and other tensors read but not
-    written (each in the order first read), tensors written, and those written that no kept node reads but another
-    node does."""
+    written (each once, in the order the model's tensors are numbered), tensors written, and those written that no
+    kept node reads but another node does."""
     produced = {name for i in kept for name in model.node_writes[i]}
     read = list(dict.fromkeys(name for i in kept for name in model.node_reads[i]))
-    outside = [name for name in read if name not in produced]
+    outside = sorted((name for name in read if name not in produced), key=model.tensors.number.__getitem__)
     read_anywhere = {name for reads in model.node_reads for name in reads}
     unread = list(dict.fromkeys(name for i in kept for name in model.node_writes[i]
                                 if name not in set(read) and name in read_anywhere))

@@ -390,6 +390,24 @@ def test_origin_asks_whether_the_origin_alone_carries_before_checking_it(tmp_pat
     assert len(asked_runs) + len(checked) <= end_probes + 3, (asked_runs, checked)
 
 
+def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(tmp_path):
+    """As openWakeWord's embedding: the origin's error, with all above it exact, still fails the whole model, so
+    what it needs to fail alone lies below it. After the origin alone, the next candidates are the prefix and the
+    front cut (the origin and all below it), not the origin with its producers, a check that cannot help."""
+    from strategies.base import Exact
+    from strategies.origin import FailureOrigin
+
+    model = chain_model(tmp_path, 64)
+    proposals = FailureOrigin().search(Candidate(model.original_nodes), SearchContext(model, (), proves_cause=True))
+    asked = next(proposals)
+    while isinstance(asked, Exact):
+        asked = proposals.send(40 not in asked.nodes)  # carried once node 40 is exact: the origin alone carries it
+    assert [candidate.nodes for candidate in asked] == [frozenset({40})]  # the origin alone, not with node 39
+    asked = proposals.send(None)  # it passes alone: its error grows below it (the origin again: the cache answers)
+    assert [c.nodes for c in asked if c.nodes != {40}] == [frozenset(range(41)), frozenset(range(40, 64))]
+    proposals.close()
+
+
 def test_origin_secures_the_proven_prefix_first_when_the_budget_may_not_hold_the_start_search(tmp_path):
     """The prefix the end search proved is checked before the start's search only where the checks left might
     not hold that search: a result to keep should the budget end it."""
