@@ -1,5 +1,6 @@
 """Where the failure that matters comes from. Binary search of the shortest prefix of the topological
-order that, computed exactly (kept in fp32, or fed from the reference: reducer/counterfactual.py), makes
+order (ending on a node that computes: Constants, shape arithmetic and data movement compute the same at any
+precision) that, computed exactly (kept in fp32, or fed from the reference: reducer/counterfactual.py), makes
 the whole model stop failing, or fail in at most a tenth of the elements it did. The last node of that
 prefix is the origin: computed at the target's precision with all before it exact, the failure is carried;
 exact too, it is not. Under a loose fp16 tolerance nearly every node fails alone by rounding: bisection of
@@ -21,7 +22,10 @@ log2(log2 n) and log2 of the region's length for the start."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Generator
+
+import onnx
 
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES
@@ -38,15 +42,20 @@ class FailureOrigin:
         if len(current) <= 1 or not context.proves_cause:
             return
         nodes = current.ordered()
+        # the end: nodes[:k] exact, from none (the original failure) to all of them (the reference itself), k just
+        # past a node that computes: Constants, shape arithmetic and data movement compute the same at any
+        # precision, so a cut past them asks what the cut before them does (ddddocr: 55 of its 102 nodes compute)
+        cuts = [0] + [k + 1 for k, node in enumerate(nodes) if computes(context.model, node)]
+        if len(cuts) == 1:
+            return
         # where an overflow starts is worth two probes first, the prefix with it and without it: the error
         # may well begin there
         first = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
-        hints = () if first is None else (first + 1, first)
-        # the end: nodes[:k] exact, from none (the original failure) to all of them (the reference itself)
-        found = yield from boundary(0, len(nodes), lambda k: frozenset(nodes[:k]), hints)
+        hints = () if first is None else (bisect_right(cuts, first + 1) - 1, bisect_right(cuts, first) - 1)
+        found = yield from boundary(0, len(cuts) - 1, lambda j: frozenset(nodes[:cuts[j]]), hints)
         if found is None:
             return  # the driver cannot say: nothing to go on
-        end = found[1]
+        end = cuts[found[1]]
         origin = nodes[end - 1]
         prefix = frozenset(nodes[:end])  # carries it: the search's own probes prove it (see below)
         if not self._room_for_region(end, context):
@@ -106,6 +115,21 @@ class FailureOrigin:
     @staticmethod
     def _batch(current: Candidate, options: list[frozenset[int]]) -> list[Candidate]:
         return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
+
+
+# ops that move or pick values as they are: computed at any precision, their output is their input's
+MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
+                   "Gather", "Expand", "Tile"})
+FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                    onnx.TensorProto.BFLOAT16})
+
+
+def computes(model, index: int) -> bool:
+    """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
+    if index in model.input_independent or model.nodes[index].op_type in MOVES:
+        return False
+    types = [model.value_type(name) for name in model.node_writes[index]]
+    return any(t is None or t.tensor_type.elem_type in FLOATS for t in types)
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:

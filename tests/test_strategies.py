@@ -7,9 +7,10 @@ import itertools
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from reducer.candidate import Candidate
 from reducer.model import load_model
@@ -388,6 +389,38 @@ def test_origin_asks_whether_the_origin_alone_carries_before_checking_it(tmp_pat
     assert frozenset({41}) not in checked, checked
     end_probes = 64 .bit_length()  # the end search's bisection
     assert len(asked_runs) + len(checked) <= end_probes + 3, (asked_runs, checked)
+
+
+def test_the_end_search_asks_only_of_prefixes_that_end_on_a_node_that_computes(tmp_path):
+    """A Reshape, like a Constant or shape arithmetic, computes the same at any precision: a prefix that ends on
+    one asks what the prefix before it does. A chain of 32 Abs/Relu, each followed by a Reshape (64 nodes):
+    the end search probes only prefixes ending on an Abs or a Relu, a bisection of 32 (5 probes, not 6)."""
+    from strategies.base import Exact
+    from strategies.origin import FailureOrigin
+
+    nodes, last = [], "t0"
+    for i in range(32):
+        op = "Relu" if i % 2 else "Abs"
+        nodes += [helper.make_node(op, [last], [f"c{i}"], name=f"compute{i}"),
+                  helper.make_node("Reshape", [f"c{i}", "shape"], [f"r{i}"], name=f"move{i}")]
+        last = f"r{i}"
+    graph = helper.make_graph(nodes, "moves", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(last, TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.array([2], np.int64), "shape")])
+    path = tmp_path / "moves.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(path)
+    cause = model.producer["c20"]
+    proposals = FailureOrigin().search(Candidate(model.original_nodes), SearchContext(model, (), proves_cause=True))
+    asked, probes = next(proposals), []
+    while isinstance(asked, Exact) and len(probes) < 20:
+        probes.append(asked.nodes)
+        asked = proposals.send(cause not in asked.nodes)  # carried once the cause is exact
+    proposals.close()
+    end_search = probes[:-1]  # the last: whether the origin alone carries it
+    assert probes[-1] == frozenset({cause})  # the origin found is the cause, not the Reshape after it
+    assert all(model.nodes[max(p)].op_type in ("Abs", "Relu") for p in end_search), end_search
+    assert len(end_search) <= 5, len(end_search)  # a bisection of the 32 that compute (of all 64: 6)
 
 
 def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(tmp_path):
