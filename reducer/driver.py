@@ -601,7 +601,7 @@ class Reduction:
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
                                 self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
-                                self.overflow_region, self.checks_left)
+                                self.overflow_region, self.checks_left, self.cause_method == "reference")
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

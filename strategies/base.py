@@ -70,6 +70,9 @@ class SearchContext:
     # checks the default search has left before its budget ends it (None: no budget: --minimal, --max-checks
     # aside): a strategy may secure a proven result first where its longer search would not fit
     checks_left: Callable[[], int | None] = lambda: None
+    # Exact is answered with the nodes fed from the reference (else kept in fp32 by the target's converter, whose
+    # casts around a node that only moves values can change what its readers get: ddddocr's LSTM)
+    exact_by_reference: bool = True
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer_in(name, current.nodes) for name in self.failing_outputs}

@@ -43,9 +43,11 @@ class FailureOrigin:
             return
         nodes = current.ordered()
         # the end: nodes[:k] exact, from none (the original failure) to all of them (the reference itself), k just
-        # past a node that computes: Constants, shape arithmetic and data movement compute the same at any
-        # precision, so a cut past them asks what the cut before them does (ddddocr: 55 of its 102 nodes compute)
-        cuts = [0] + [k + 1 for k, node in enumerate(nodes) if computes(context.model, node)]
+        # past a node that computes where Exact feeds the reference: Constants, shape arithmetic and data movement
+        # compute the same at any precision, so a cut past them asks what the cut before them does (ddddocr: 55
+        # of its 102 nodes compute). Kept in fp32 instead, the casts around them count: every cut is asked.
+        cuts = [0] + [k + 1 for k, node in enumerate(nodes)
+                      if not context.exact_by_reference or computes(context.model, node)]
         if len(cuts) == 1:
             return
         # where an overflow starts is worth two probes first, the prefix with it and without it: the error
