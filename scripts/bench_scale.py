@@ -494,13 +494,23 @@ PROFILE_NOTES = [
 ]
 
 
+# where this script's part of the "## Scale" section ends: what follows (notes written by hand) stays
+END_OF_TABLES = "<!-- the tables above are written by scripts/bench_scale.py; what follows is kept when it runs -->"
+
+
 def write_section(text: str, path: Path) -> None:
-    """Replace the "## Scale" section of BENCHMARKS.md (or add it at the end); the rest stays as it is."""
+    """Replace the tables at the top of the "## Scale" section of BENCHMARKS.md, up to END_OF_TABLES (the whole
+    section where that line is missing), or add the section at the end; the rest stays as it is."""
+    text = text.rstrip("\n") + "\n\n" + END_OF_TABLES + "\n"
     old = path.read_text() if path.exists() else ""
     if "\n## Scale\n" in old:
         before, rest = old.split("\n## Scale\n", 1)
-        after = rest.split("\n## ", 1)
-        old = before + "\n" + text + (("\n## " + after[1]) if len(after) > 1 else "")
+        if END_OF_TABLES in rest.split("\n## ", 1)[0]:
+            after = rest.split(END_OF_TABLES, 1)[1].lstrip("\n")
+            old = before + "\n" + text + "\n" + after
+        else:
+            after = rest.split("\n## ", 1)
+            old = before + "\n" + text + (("\n## " + after[1]) if len(after) > 1 else "")
     else:
         old = old.rstrip("\n") + "\n\n" + text
     path.write_text(old)

@@ -287,3 +287,22 @@ def test_a_loaded_model_holds_its_weights_once(tmp_path):
     done = subprocess.run([sys.executable, "-c", HOLDS, str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) < 1.5 * weights_mb  # one copy, not two
+
+
+def test_the_scale_benchmark_rewrites_its_tables_and_keeps_the_notes_written_below_them(tmp_path):
+    """bench_scale.py replaces only the tables it writes at the top of "## Scale" (up to its end line): the notes
+    written by hand below them, and the other sections, stay as they are."""
+    from bench_scale import END_OF_TABLES, write_section
+
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\n## Before\n\nkept\n")
+    write_section("## Scale\n\n| old table |\n", path)  # the first run adds the section, its end line after it
+    text = path.read_text()
+    assert "## Before\n\nkept" in text and "| old table |" in text and text.rstrip().endswith(END_OF_TABLES)
+    path.write_text(text + "\nA note written by hand.\n\n## After\n\nalso kept\n")
+    write_section("## Scale\n\n| new table |\n", path)
+    text = path.read_text()
+    assert "| old table |" not in text and "| new table |" in text
+    assert text.count(END_OF_TABLES) == 1 and text.count("## Scale") == 1
+    assert text.index("| new table |") < text.index(END_OF_TABLES) < text.index("A note written by hand.")
+    assert "## Before\n\nkept" in text and "## After\n\nalso kept" in text
