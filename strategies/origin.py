@@ -25,10 +25,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Generator
 
-import onnx
-
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES
+from reducer.model import FLOAT_TYPES, Model
 from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
 
@@ -122,16 +121,14 @@ class FailureOrigin:
 # ops that move or pick values as they are: computed at any precision, their output is their input's
 MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
                    "Gather", "Expand", "Tile"})
-FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                    onnx.TensorProto.BFLOAT16})
 
 
-def computes(model, index: int) -> bool:
+def computes(model: Model, index: int) -> bool:
     """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
     if index in model.input_independent or model.nodes[index].op_type in MOVES:
         return False
     types = [model.value_type(name) for name in model.node_writes[index]]
-    return any(t is None or t.tensor_type.elem_type in FLOATS for t in types)
+    return any(t is None or t.tensor_type.elem_type in FLOAT_TYPES for t in types)
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:
