@@ -1,21 +1,21 @@
-"""Where the failure that matters comes from. Binary search of the shortest prefix of the topological
-order (ending on a node that computes: Constants, shape arithmetic and data movement compute the same at any
-precision) that, computed exactly (kept in fp32, or fed from the reference: reducer/counterfactual.py), makes
-the whole model stop failing, or fail in at most a tenth of the elements it did. The last node of that
-prefix is the origin: computed at the target's precision with all before it exact, the failure is carried;
-exact too, it is not. Under a loose fp16 tolerance nearly every node fails alone by rounding: bisection of
-where *a* failure first shows stops at such a bystander near the input, this search stops at the node
-whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose variance fp16 cannot hold).
+"""Where the failure that matters comes from. Binary search of the shortest prefix of the topological order (ending
+on a node that computes: Constants, shape arithmetic, data movement and selections such as Relu or Max compute
+the same at any precision) that, computed exactly (kept in fp32, or fed from the reference:
+reducer/counterfactual.py), makes the whole model stop failing, or fail in at most a tenth of the elements it
+did. The last node of that prefix is the origin: computed at the target's precision with all before it exact,
+the failure is carried; exact too, it is not. Under a loose fp16 tolerance nearly every node fails alone by
+rounding: bisection of where *a* failure first shows stops at such a bystander near the input, this search stops
+at the node whose error the outputs carry (PP-OCR det folded: the BatchNormalization whose variance fp16 cannot
+hold).
 
-Whether the origin alone carries it is one run; only if it does is its candidate checked (a candidate that
-fails alone but does not carry would cost a check and a proof run). Then the origin with its producers, asked
-the same way where the origin alone does not carry it.
-Where neither carries it and fails alone, the error builds up over several nodes: a second search finds the
-latest start of the origin's prefix that still carries it (its length on a log scale first, then refined:
-exactly where short, to within a quarter where spread), and that region is tried, then the prefix (proven by
-the search's own probes, so one check), then the front cut there. The region's proof is the search's own
-last probe, so it costs nothing more. The prefix is tried before the second search only where the budget
-might end that search first. A region of more than SPREAD_NODES nodes
+Whether the origin alone carries it is one run; only if it does is its candidate checked (a candidate that fails
+alone but does not carry would cost a check and a proof run). Then the origin with its producers, asked the same
+way where the origin alone does not carry it. Where neither carries it and fails alone, the error builds up over
+several nodes: a second search finds the latest start of the origin's prefix that still carries it (its length
+on a log scale first, then refined: exactly where short, to within a quarter where spread), and that region is
+tried, then the prefix (proven by the search's own probes, so one check) and the front cut there, the smaller
+first. The region's proof is the search's own last probe, so it costs nothing more. The prefix is tried before
+the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
 ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Numeric
 failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks for the end,
 log2(log2 n) and log2 of the region's length for the start."""
@@ -42,9 +42,10 @@ class FailureOrigin:
             return
         nodes = current.ordered()
         # the end: nodes[:k] exact, from none (the original failure) to all of them (the reference itself), k just
-        # past a node that computes where Exact feeds the reference: Constants, shape arithmetic and data movement
-        # compute the same at any precision, so a cut past them asks what the cut before them does (ddddocr: 55
-        # of its 102 nodes compute). Kept in fp32 instead, the casts around them count: every cut is asked.
+        # past a node that computes where Exact feeds the reference: Constants, shape arithmetic, data movement and
+        # selections compute the same at any precision, so a cut past them asks what the cut before them does
+        # (ddddocr: 55 of its 102 nodes compute). Kept in fp32 instead, the casts around them count: every cut is
+        # asked.
         cuts = [0] + [k + 1 for k, node in enumerate(nodes)
                       if not context.exact_by_reference or computes(context.model, node)]
         if len(cuts) == 1:
@@ -94,9 +95,12 @@ class FailureOrigin:
                 return
         start = end - length
         region = grown(frozenset(nodes[start:end]), context, current)
-        # the region carries it (the last probe); should it pass alone, the prefix (which carries it too), then
-        # the front cut there
-        options = [region, prefix & current.nodes, grown(frozenset(nodes[start:]) & current.nodes, context, current)]
+        # the region carries it (the last probe); should it pass alone, the prefix (which carries it too) and the
+        # front cut there
+        # the smaller of the prefix and the front cut first: the proofs of both are the searches' own runs, so
+        # the order costs nothing where the first fails alone, and spares a check where the smaller does
+        options = [region, *sorted([prefix & current.nodes,
+                                    grown(frozenset(nodes[start:]) & current.nodes, context, current)], key=len)]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
         found_region = current.nodes == region if winner is None else batch[winner].nodes == region
@@ -121,11 +125,14 @@ class FailureOrigin:
 # ops that move or pick values as they are: computed at any precision, their output is their input's
 MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
                    "Gather", "Expand", "Tile"})
+# ops that select among their inputs' values (or negate one): rounding is monotone and symmetric, so computed
+# from rounded inputs they give the rounded exact value, which is what a reader of their exact output gets too
+SELECTS = frozenset({"Relu", "Max", "Min", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Abs", "Neg", "Clip"})
 
 
 def computes(model: Model, index: int) -> bool:
     """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
-    if index in model.input_independent or model.nodes[index].op_type in MOVES:
+    if index in model.input_independent or model.nodes[index].op_type in MOVES | SELECTS:
         return False
     types = [model.value_type(name) for name in model.node_writes[index]]
     return any(t is None or t.tensor_type.elem_type in FLOAT_TYPES for t in types)
