@@ -426,6 +426,45 @@ def test_the_end_search_asks_only_of_prefixes_that_end_on_a_node_that_computes(t
     assert len(end_search) <= 5, len(end_search)  # a bisection of the 32 that compute (of all 64: 6)
 
 
+def _one_op_output(op: str, dtype, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """`op` run by ONNX Runtime on the CPU, its inputs and arithmetic in `dtype`."""
+    import onnxruntime
+
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inputs, weights, attributes = ["x"], [], {}
+    if op in ("Max", "Min", "Mul"):
+        inputs = ["x", "y"]
+    elif op == "MaxPool":
+        attributes = {"kernel_shape": [2, 2]}
+    elif op in ("ReduceMax", "ReduceMin"):
+        attributes = {"axes": [1], "keepdims": 1}
+    elif op == "Clip":  # bounds fp16 cannot hold exactly: the fp16 model gets them rounded
+        weights = [helper.make_tensor("low", elem, [], [-1.3]), helper.make_tensor("high", elem, [], [6.1])]
+        inputs = ["x", "low", "high"]
+    fed = [name for name in inputs if name in ("x", "y")]
+    graph = helper.make_graph([helper.make_node(op, inputs, ["z"], **attributes)], op,
+                              [helper.make_tensor_value_info(name, elem, None) for name in fed],
+                              [helper.make_tensor_value_info("z", elem, None)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {name: {"x": x, "y": y}[name].astype(dtype) for name in fed})[0]
+
+
+def test_selections_computed_from_rounded_inputs_give_the_rounded_exact_value():
+    """Why the end search does not cut after a selection: ONNX Runtime computing it in fp16 from fp16 inputs gives,
+    bit for bit, its fp32 output rounded to fp16, what a reader of its output fed from the reference gets. A node
+    that computes (a Mul) does not."""
+    from strategies.origin import SELECTS
+
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((2, 1, 3, 8, 8)) * 100).astype(np.float32)
+    for op in sorted(SELECTS):
+        exact = _one_op_output(op, np.float32, x, y)
+        assert np.array_equal(exact.astype(np.float16), _one_op_output(op, np.float16, x, y)), op
+    assert not np.array_equal(_one_op_output("Mul", np.float32, x, y).astype(np.float16),
+                              _one_op_output("Mul", np.float16, x, y))
+
+
 def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(tmp_path):
     """As openWakeWord's embedding: the origin's error, with all above it exact, still fails the whole model, so
     what it needs to fail alone lies below it. After the origin alone, the next candidates are the prefix and the
