@@ -31,7 +31,7 @@ from reducer.candidate import (
 )
 from reducer.counterfactual import CounterfactualRun, Proof
 from reducer.model import Model, subgraphs
-from strategies.base import Exact, Probe, SearchContext, Settled
+from strategies.base import Exact, OverflowRefuted, Probe, SearchContext, Settled
 
 MINIMAL = "minimal.onnx"
 # A layerwise probe of a larger candidate runs in pieces of this many nodes, in topological order, each fed
@@ -205,6 +205,7 @@ class Reduction:
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
         self.overflow_check: OverflowCheck | None = None  # see overflow_carries
+        self.overflow_refuted = False  # shown to carry the failure, but its onset fails nowhere (OverflowRefuted)
         # node sets shown not to carry the failure: the whole model, with them computed exactly, still fails
         self.not_carrying: list[frozenset[int]] = []
 
@@ -212,7 +213,7 @@ class Reduction:
         """The full reference store, once captured (a command's first check ran against the inputs alone):
         what was worked out from the store before is worked out again."""
         self.store = store
-        self.overflow_check = None
+        self.overflow_check, self.overflow_refuted = None, False
         for name in ("range_bound", "beyond_target", "faithful_bound", "overflow_carries"):
             self.__dict__.pop(name, None)
 
@@ -459,14 +460,16 @@ class Reduction:
     def proves_cause(self) -> bool:
         """Whether the result must carry the whole model's failure: tolerance failures, and a command's
         unless the reference leaves fp16's range (then it is taken for an overflow, whose repro is its
-        onset: a hint, as a command's precision is unknown) or its failure is a message a --fail-regex names
+        onset: a hint, as a command's precision is unknown, until its onset is found to fail nowhere:
+        OverflowRefuted) or its failure is a message a --fail-regex names
         (an error, as a builder's: each node that raises it is the bug, though others may raise it too)."""
         signature = self.original.signature if self.original else None
         if not self.cause_check or signature is None or signature.kind not in counterfactual.PROVEN_KINDS:
             return False
         if signature.names_a_message:
             return False
-        return signature.kind != "command" or not self.beyond_target or self.overflow_carries is False
+        return (signature.kind != "command" or not self.beyond_target or self.overflow_carries is False
+                or self.overflow_refuted)
 
     @cached_property
     def overflow_carries(self) -> bool | None:
@@ -489,7 +492,8 @@ class Reduction:
     @property
     def overflow_region(self) -> frozenset[int]:
         """The nodes that compute or read the values beyond the target's range, where shown to carry the failure."""
-        return self.overflow_check.region if self.overflow_check and self.overflow_carries is True else frozenset()
+        shown = self.overflow_check and self.overflow_carries is True and not self.overflow_refuted
+        return self.overflow_check.region if shown else frozenset()
 
     def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
         """What computing `nodes` exactly takes: they, and every node that reads a value of theirs the target
@@ -611,6 +615,14 @@ class Reduction:
                 if isinstance(batch, Exact):  # the whole model with these nodes computed exactly
                     self._stop_if_spent(1)
                     batch = proposals.send(self.still_fails_with_exact(batch.nodes))
+                    continue
+                if isinstance(batch, OverflowRefuted):  # not the overflow: its cause is sought, and proven, from here
+                    self.overflow_refuted = True
+                    self.progress.message("the values beyond fp16's range carry the failure, but no stretch from "
+                                          "where they start fails alone: not taken for an overflow; its cause is "
+                                          "sought and proven as a tolerance failure's")
+                    context.proves_cause, context.overflow_region = self.proves_cause, self.overflow_region
+                    batch = proposals.send(None)
                     continue
                 if isinstance(batch, Settled):  # as small as the default search should hope for
                     if self.check_budget is not None:

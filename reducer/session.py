@@ -511,7 +511,9 @@ def _overflow_report(reduction: Reduction) -> dict:
             "failing_elements_before": reduction.original.elements,
             # None: not run, or nothing left to run (the values out of range reach every output)
             "failing_elements_after": None if verdict is None else verdict.elements if verdict.failing else 0,
-            "reaches_every_output": check.reaches_every_output}
+            "reaches_every_output": check.reaches_every_output,
+            # they carry it, but nothing from where they start fails alone: no overflow (strategies/overflow.py)
+            "refuted": reduction.overflow_refuted}
 
 
 def _first_line(text: str) -> str:

@@ -9,6 +9,9 @@ A strategy may also yield a Probe: the driver runs the candidate once with every
 marked as an output (a layerwise run) and sends back the Verdict, whose signature names every failing
 tensor. Marking outputs can change what an engine does, so a probe only guides; it never decides.
 
+It may yield OverflowRefuted where a command's overflow hint, shown to carry the failure, does not explain it
+(no stretch of nodes from where the values leave fp16's range fails alone): the driver proves causes from then on.
+
 It may yield Settled once its result is as small as the default (economy) search should hope for: the driver
 then ends the default search there, and `--minimal` goes on.
 
@@ -44,7 +47,14 @@ class Settled:
     reason: str  # why further search is --minimal's work: "spread"
 
 
-Proposals = Generator["list[Candidate] | Probe | Exact | Settled", "int | Verdict | bool | None", None]
+@dataclass(frozen=True)
+class OverflowRefuted:
+    """The values beyond fp16's range carry the failure, but nothing that starts where they do fails alone, as an
+    overflow would: the failure is something else those nodes take part in (an fp32 target's fused kernels)."""
+
+
+Proposals = Generator["list[Candidate] | Probe | Exact | Settled | OverflowRefuted", "int | Verdict | bool | None",
+                      None]
 
 
 @dataclass

@@ -10,14 +10,19 @@ too; this goes where the failure was shown to be, in one to three checks.
 Where neither fails, the failure shows below the region: an Inf scaled back down holds a value in range in
 the reference, and the NaN a check looks for appears at a node that reads it (the next subtraction or
 normalisation), which no out-of-range value reaches. The onset then grows along what it reaches, galloping
-(1, 3, 7 ... nodes more), and a bisection ends between the last that passed and the first that failed."""
+(1, 3, 7 ... nodes more), and a bisection ends between the last that passed and the first that failed.
+
+Where none of those fails either, the values carry the failure without overflowing (an fp32 target: PP-OCR's
+server detector under O3, whose BatchNormalization reads a variance beyond 65504): the hint is refuted, and the
+driver seeks the failure's cause, and proves it, as a tolerance failure's, instead of taking whatever fails
+alone for an onset."""
 
 from __future__ import annotations
 
 import networkx as nx
 
 from reducer.candidate import Candidate
-from strategies.base import Proposals, SearchContext
+from strategies.base import OverflowRefuted, Proposals, SearchContext
 from strategies.localize import grown
 
 
@@ -51,10 +56,12 @@ class OverflowOnset:
             if len(candidate) < len(current) and candidate not in probes and candidate not in batch:
                 probes[candidate] = count
         if not probes:
+            yield OverflowRefuted()
             return
         gallop = list(probes)
         winner = yield gallop
-        if winner is None:
+        if winner is None:  # nothing from the onset down fails alone: the values carry the failure, but no overflow
+            yield OverflowRefuted()
             return
         current, too_many = gallop[winner], probes[gallop[winner]]
         passed = probes[gallop[winner - 1]] if winner > 0 else 1

@@ -385,6 +385,40 @@ def test_the_onset_of_an_overflow_whose_nan_shows_further_down_is_found_by_gallo
     assert report["checks"] <= 8, report["checks"]
 
 
+FUSED_CHAIN_CHECK = """import sys
+import onnx
+graph = onnx.load(sys.argv[1]).graph
+writer = {output: node.name for node in graph.node for output in node.output}
+feeds = {node.name: {writer.get(name) for name in node.input} for node in graph.node}
+# a target whose fused kernel for this chain of three Muls drifts: it fails wherever it computes all three
+sys.exit(1 if "overflow" in feeds.get("scale_down", ()) and "scale_up" in feeds.get("overflow", ()) else 0)
+"""
+
+
+def test_an_overflow_hint_whose_onset_fails_nowhere_is_refuted_and_the_cause_proven(tmp_path):
+    """As PP-OCR's server detector under O3: the reference leaves fp16's range, and with the values beyond it fed
+    from the reference the whole model passes, but the target is no fp16 one: it fails on a chain of three nodes
+    (here a stand-in target that miscomputes exactly that chain, scale_up -> overflow -> scale_down), of which the
+    first computes no out-of-range value. Neither the onset, nor the out-of-range region, nor anything grown from
+    the onset down fails alone: the hint is refuted, and the cause is sought and proven, not taken for an onset."""
+    path = tmp_path / "overflow.onnx"
+    overflow_model(path)
+    (tmp_path / "fused_chain.py").write_text(FUSED_CHAIN_CHECK)
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(tmp_path / "fused_chain.py"),
+                    "{model}")
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    kept = kept_names(tmp_path)  # the chain, and at most the Relu reading it: a small cause ends the search
+    assert {"scale_up", "overflow", "scale_down"} <= set(kept) and len(kept) <= 4, kept
+    cause = report["cause"]
+    assert cause["method"] == "reference" and cause["holds"], cause
+    assert cause["overflow"]["carries"] and cause["overflow"]["refuted"]
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text().split("**Reproduce**")[0]
+    assert "Shown to be the cause" in md and "Not taken for an overflow" in md and "fp16 overflow, shown" not in md
+    # the whole model, the hint's test, the onset and the region, the onset grown down (all pass), the end search
+    # over the 30 nodes, the cause's check, the final re-check: 9
+    assert report["checks"] <= 10, report["checks"]
+
+
 def test_a_harmless_overflow_is_only_a_hint_and_the_cause_is_proven(tmp_path):
     """Values beyond fp16's range that do no harm (a Sigmoid saturates on them): the hint's test refutes it,
     so the failure's cause is sought and proven as a tolerance failure's, not taken for the overflow's onset."""
