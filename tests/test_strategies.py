@@ -484,6 +484,26 @@ def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(
     proposals.close()
 
 
+def test_where_a_region_carries_the_failure_the_front_cut_at_the_last_failing_probe_comes_first(tmp_path):
+    """A region of 11 nodes carries the failure (all exact, the whole model passes). Should the region pass alone,
+    the fronts: the cut at the end search's last failing probe (the same nodes computed as that probe, which
+    failed, and all below: proven) is the smallest, then the cut at the region's start, then the prefix."""
+    from strategies.base import Exact
+    from strategies.origin import FailureOrigin
+
+    model = chain_model(tmp_path, 64)
+    cause = frozenset(range(30, 41))
+    proposals = FailureOrigin().search(Candidate(model.original_nodes), SearchContext(model, (), proves_cause=True))
+    asked = next(proposals)
+    while isinstance(asked, Exact) or len(asked[0]) <= 2:  # the origin alone, with its producers: they pass alone
+        asked = proposals.send(not cause <= asked.nodes if isinstance(asked, Exact) else None)
+    region = asked[0].nodes
+    assert cause <= region and len(region) <= len(cause) + len(cause) // 4, region
+    assert [c.nodes for c in asked[1:]] == [frozenset(range(40, 64)), frozenset(range(min(region), 64)),
+                                           frozenset(range(41))]
+    proposals.close()
+
+
 def test_origin_secures_the_proven_prefix_first_when_the_budget_may_not_hold_the_start_search(tmp_path):
     """The prefix the end search proved is checked before the start's search only where the checks left might
     not hold that search: a result to keep should the budget end it."""
