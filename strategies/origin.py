@@ -26,7 +26,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Generator
 
 from reducer.candidate import Candidate
-from reducer.counterfactual import SPREAD_NODES
+from reducer.counterfactual import SPREAD_NODES, downstream
 from reducer.model import FLOAT_TYPES, Model
 from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
@@ -100,9 +100,11 @@ class FailureOrigin:
         # the reference, it computes what that probe computed (all above it fed the reference), which failed, and
         # all below it, so it carries the failure. The smallest first: the proofs of all three are the searches'
         # own runs, so the order costs nothing where the first fails alone, and spares a check where it does
-        failing_cut = frozenset(nodes[cuts[found[0]]:]) & current.nodes
-        fronts = {prefix & current.nodes, grown(failing_cut, context, current),
-                  grown(frozenset(nodes[start:]) & current.nodes, context, current)}
+        # (the fronts with the Constants they read, computed as that probe computed them: fed, they change what the
+        # target does; PP-OCRv5 det fp16: its last 13 nodes passed alone with their Constants fed, failed with them)
+        fronts = {prefix & current.nodes,
+                  grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
+                  grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}
         options = [region, *sorted(fronts, key=lambda o: (len(o), min(o, default=0)))]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
