@@ -149,18 +149,15 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append("No smaller subgraph was found that carries the failure: **the error is spread across these "
                      "nodes**.")
     overflow = (cause or {}).get("overflow") or {}
-    if overflow and overflow.get("refuted"):
-        lines.append(f"Not taken for an overflow: the reference leaves fp16's range, and with the "
-                     f"{overflow['exact_nodes']} nodes that compute or read those values fed from the reference the "
-                     f"whole model stops failing ({overflow['failing_elements_after']} of "
-                     f"{overflow['failing_elements_before']} failing elements left), but nothing from where those "
-                     "values start fails alone, as an overflow would: the failure is something else they take part "
-                     "in, so its cause was sought as a tolerance failure's.")
-    elif overflow and not overflow.get("carries") and cause.get("method") != "onset":
-        lines.append(f"Not an overflow: the reference leaves fp16's range, but with the {overflow['exact_nodes']} "
-                     f"nodes that compute or read those values fed from the reference the whole model still fails "
-                     f"({overflow['failing_elements_after']} of {overflow['failing_elements_before']} failing "
-                     "elements left), so the cause was sought as a tolerance failure's.")
+    if overflow and (overflow.get("refuted") or not overflow.get("carries") and cause.get("method") != "onset"):
+        fed = (f"with the {overflow['exact_nodes']} nodes that compute or read those values fed from the reference the "
+               f"whole model {'stops failing' if overflow.get('carries') else 'still fails'} "
+               f"({overflow['failing_elements_after']} of {overflow['failing_elements_before']} failing elements left)")
+        lines.append(f"Not taken for an overflow: the reference leaves fp16's range, and {fed}, but nothing from where "
+                     "those values start fails alone, as an overflow would: the failure is something else they take "
+                     "part in, so its cause was sought as a tolerance failure's." if overflow.get("refuted") else
+                     f"Not an overflow: the reference leaves fp16's range, but {fed}, so the cause was sought as a "
+                     "tolerance failure's.")
     for note in (cause or {}).get("range", []):
         lines.append(f"Values leave the target's range: {note}.")
     if one_minimal is not None:
