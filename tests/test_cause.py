@@ -487,6 +487,53 @@ def test_a_prefixs_downstream_run_takes_the_constants_it_reads(tmp_path):
     assert counterfactual.computed(model, everything) == frozenset()
 
 
+def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whole_model_does(tmp_path):
+    """A candidate that cuts a Constant's output holds the Constant's value as a constant, not as an input: the
+    fp16 converter clamps a constant beyond fp16's range to 65504, as it does in the whole model, where a fed
+    input would be cast to Inf (and under O3, ONNX Runtime folds and fuses only what is constant). So the
+    candidate of the Mul alone computes exactly what the whole model computes there."""
+    from oracles.onnxruntime_runner import OnnxRuntimeRunner
+    from reducer.candidate import Candidate, materialize
+    from reducer.options import OracleOptions
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Constant", [], ["c"], name="const", value=_const("c_value", [1e5, 2e5, 7e4, 3e5])),
+             helper.make_node("Reshape", ["c", "shape"], ["c4"], name="const_reshape"),  # from Constants alone
+             helper.make_node("Mul", ["r", "c4"], ["y"], name="scale")]
+    graph = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [numpy_helper.from_array(np.array([4], dtype=np.int64), "shape")])
+    path = tmp_path / "constants.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
+    np.savez(path.with_suffix(".npz"), x=x)
+    model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
+                                                                atol=0.01, rtol=0.01))
+    try:
+        assert reduction.start().failing  # the clamped constant: every element off
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        built = materialize(model, Candidate(frozenset({index["scale"]})), reduction.store)
+        assert built.fed == ["r"] and built.frozen == ["c4"]
+        assert "c4" in {tensor.name for tensor in built.proto.graph.initializer}
+        runner = OnnxRuntimeRunner("onnxruntime:cpu:fp16")
+        candidate_path = tmp_path / "candidate.onnx"
+        candidate_path.write_bytes(built.serialized())
+        alone = runner.run(candidate_path, {"r": np.maximum(x, 0)})["y"]
+        whole = runner.run(path, {"x": x})["y"]
+        assert np.isfinite(alone).all(), alone  # fed, the constant would have been cast to Inf
+        np.testing.assert_array_equal(alone, whole)
+        # fp16-storage rounds a weight as it rounds a Constant's output (here to Inf): the same model either way
+        storage = OnnxRuntimeRunner("onnxruntime:cpu:fp16-storage")
+        alone = storage.run(candidate_path, {"r": np.maximum(x, 0)})["y"]
+        assert np.isinf(alone).all(), alone
+        np.testing.assert_array_equal(alone, storage.run(path, {"x": x})["y"])
+        # and the Mul alone fails as the whole model does, every element of it
+        verdict = reduction.judge(Candidate(frozenset({index["scale"]})))
+        assert reduction.interesting(verdict) and verdict.elements == reduction.original.elements == 4
+    finally:
+        reduction.close()
+
+
 def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(planted, tmp_path):
     """Computed exactly, the bystander's branch leaves the whole model failing: no subset of it can carry the
     failure (fewer nodes exact leave at least as much error), so such a candidate is passed over unchecked,
