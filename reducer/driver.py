@@ -642,7 +642,7 @@ class Reduction:
                     continue
                 winner, verdict = self._first_interesting(batch, strategy.name)
                 if winner is not None:
-                    candidate = batch[winner]
+                    candidate = self._constants_as_weights(batch[winner])
                     stats.accepted += 1
                     stats.nodes_removed += self.size(self.best) - self.size(candidate)
                     self._accept(candidate, verdict, strategy.name)
@@ -716,6 +716,7 @@ class Reduction:
     def _first_interesting(self, batch: list[Candidate], strategy: str) -> tuple[int | None, Verdict | None]:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
         of candidates is checked at once; the answer is the one checking them in order would give."""
+        batch = [self._constants_as_weights(candidate) for candidate in batch]
         pending = [(index, c) for index, c in enumerate(batch) if not self._cannot_carry(c)]
         proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
         start = 0
@@ -731,6 +732,17 @@ class Reduction:
                     raise _TurnOver
             start += len(window)
         return None, None
+
+    def _constants_as_weights(self, candidate: Candidate) -> Candidate:
+        """The candidate without its Constants (and what computes from them alone): what its other nodes read of
+        them it holds as weights (materialize), the same model to the target, as ONNX Runtime, TensorRT's parser
+        and the fp16 converters take a Constant node and a weight alike. So no check is spent removing one, and
+        the repro counts the nodes that compute. Numeric failures only: an error may name a Constant node."""
+        signature = self.original.signature if self.original else None
+        if signature is None or not signature.is_numeric or candidate.edits:
+            return candidate
+        computing = candidate.nodes - self.model.input_independent
+        return Candidate(computing, candidate.edits) if computing and computing != candidate.nodes else candidate
 
     def _cannot_carry(self, candidate: Candidate) -> bool:
         """A candidate computed exactly within a node set already shown not to carry the failure cannot carry it

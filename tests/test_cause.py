@@ -530,6 +530,11 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
         # and the Mul alone fails as the whole model does, every element of it
         verdict = reduction.judge(Candidate(frozenset({index["scale"]})))
         assert reduction.interesting(verdict) and verdict.elements == reduction.original.elements == 4
+        # a candidate's Constants are weights of it: the search checks (and counts) the nodes that compute
+        whole = reduction._constants_as_weights(Candidate(model.original_nodes))
+        assert whole.nodes == frozenset({index["relu"], index["scale"]})
+        verdict = reduction.judge(whole)
+        assert reduction.interesting(verdict) and verdict.elements == 4
     finally:
         reduction.close()
 

@@ -95,7 +95,7 @@ def test_dimension_passes_keep_the_failure_and_give_a_valid_simpler_model(tmp_pa
     """Attributes back to their defaults and simpler weights, each kept only where the failure survives
     against a reference run of the edited candidate itself; node and tensor names stay the original's."""
     out = tmp_path / "out"
-    done = reduce_entry(SILERO, out, "--strategy", "bisect,attributes,weights,linear")
+    done = reduce_entry(SILERO, out, "--strategy", "bisect,attributes,weights,linear", "--minimal")
     assert done.returncode == 0, done.stderr
     report = report_of(out)
     assert report["status"] == "reduced" and report["final"]["failing"]
