@@ -110,12 +110,7 @@ def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     # and the Constants (and what computes only from them) that feed it: no input reaches them, so the target
     # computes them as in the whole model; fed from the reference instead, a prefix's run would differ from the
     # whole model's by them alone, and cost a check of its own
-    constant, pending = model.input_independent, list(below)
-    while pending:
-        for feeder in model.dag.predecessors(pending.pop()):
-            if feeder in constant and feeder not in below:
-                below.add(feeder)
-                pending.append(feeder)
+    below = set(with_constants(model, frozenset(below)))
     # an inlined If (unrolled Loop) and its nodes read the same tensors and write the same outputs: one of the
     # two, the control flow where the repro holds it, else its inlined nodes (the whole model's flat form)
     for parent in sorted(model.inlined, reverse=True):  # inner ones come first in the order: outer first here
@@ -126,6 +121,22 @@ def downstream(model: Model, nodes: frozenset[int]) -> frozenset[int]:
             else:
                 below.discard(parent)
     return frozenset(below)
+
+
+def with_constants(model: Model, nodes: frozenset[int]) -> frozenset[int]:
+    """The nodes and the Constants (and what computes from them alone) they read: a node computed exactly reads
+    its weights exactly too, whether its exporter wrote them as initializers or as Constant nodes (kept in fp32
+    by the converter's block list, a Constant left out would be rounded to fp16 before the node reads it)."""
+    constant = model.input_independent
+    if not constant:
+        return nodes
+    found, pending = set(nodes), list(nodes)
+    while pending:
+        for feeder in model.dag.predecessors(pending.pop()):
+            if feeder in constant and feeder not in found:
+                found.add(feeder)
+                pending.append(feeder)
+    return frozenset(found) if len(found) > len(nodes) else nodes
 
 
 def _inlined_under(model: Model, parent: int) -> set[int]:

@@ -501,6 +501,7 @@ class Reduction:
     def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
         """What computing `nodes` exactly takes: they, and every node that reads a value of theirs the target
         cannot hold (1.9e5 kept in fp32 still reaches an fp16 reader as Inf), and so on."""
+        nodes = counterfactual.with_constants(self.model, nodes)  # their weights, Constant nodes or not
         bound = self.range_bound
         return counterfactual.through_range(self.model, self.store, nodes, bound) if bound else nodes
 
@@ -739,7 +740,8 @@ class Reduction:
         and the fp16 converters take a Constant node and a weight alike. So no check is spent removing one, and
         the repro counts the nodes that compute. Numeric failures only: an error may name a Constant node."""
         signature = self.original.signature if self.original else None
-        if signature is None or not signature.is_numeric or candidate.edits:
+        constant = self.model.input_independent
+        if signature is None or not signature.is_numeric or candidate.edits or candidate.nodes.isdisjoint(constant):
             return candidate
         computing = candidate.nodes - self.model.input_independent
         return Candidate(computing, candidate.edits) if computing and computing != candidate.nodes else candidate
