@@ -14,7 +14,7 @@ way where the origin alone does not carry it. Where neither carries it and fails
 several nodes: a second search finds the latest start of the origin's prefix that still carries it (its length
 on a log scale first, then refined: exactly where short, to within a quarter where spread), and that region is
 tried, then the prefix (proven by the search's own probes, so one check) and the front cuts at the region's start
-and at the end search's last failing probe (each with the Constants it reads), the smallest first. The region's
+and at the end search's last failing probe, the smallest first. The region's
 proof is the search's own last probe, so it costs nothing more. The prefix is tried before
 the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
 ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Numeric
@@ -98,10 +98,9 @@ class FailureOrigin:
         region = grown(frozenset(nodes[start:end]), context, current)
         # the region carries it (the last probe); should it pass alone, the prefix (which carries it too) and the
         # front cuts at the region's start and at the end search's last failing probe, which (where Exact feeds the
-        # reference) computes what that failing probe computed, and all below it. Each front holds the Constants it
-        # reads, as the probes computed them: fed, they change what the target does (PP-OCRv5 det fp16: its last 13
-        # nodes passed alone with their Constants fed, failed with them). The smallest first: the proofs of all
-        # three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
+        # reference) computes what that failing probe computed, and all below it (the Constants it reads stay
+        # constants, as the probes computed them: see candidate.reads_constant). The smallest first: the proofs of
+        # all three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
         fronts = {prefix & current.nodes,
                   grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
                   grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}

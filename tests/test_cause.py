@@ -497,7 +497,7 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
     from reducer.options import OracleOptions
 
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Constant", [], ["c"], name="const", value=_const("c_value", [1e5, 2e5, 7e4, 3e5])),
+             helper.make_node("Constant", [], ["c"], name="const", value=_const("c_value", [1e5, 2e5, 7e4, 1.2e5])),
              helper.make_node("Reshape", ["c", "shape"], ["c4"], name="const_reshape"),  # from Constants alone
              helper.make_node("Mul", ["r", "c4"], ["y"], name="scale")]
     graph = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
@@ -505,7 +505,7 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
                               [numpy_helper.from_array(np.array([4], dtype=np.int64), "shape")])
     path = tmp_path / "constants.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    x = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
+    x = np.array([0.125, 0.25, 0.375, 0.5], dtype=np.float32)  # fp16 holds them: only the constant rounds
     np.savez(path.with_suffix(".npz"), x=x)
     model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
                                                                 atol=0.01, rtol=0.01))
@@ -535,6 +535,12 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
         assert whole.nodes == frozenset({index["relu"], index["scale"]})
         verdict = reduction.judge(whole)
         assert reduction.interesting(verdict) and verdict.elements == 4
+        # and the Mul computed exactly (kept in fp32) reads its Constant exactly too: the cause, proven. Blocked
+        # alone, the converter would clamp the Constant before the Mul reads it, and the model would still fail
+        assert reduction.cause_method == "fp32"
+        assert reduction.exact_region(frozenset({index["scale"]})) == frozenset(
+            {index["scale"], index["const"], index["const_reshape"]})
+        assert reduction.proof(Candidate(frozenset({index["scale"]}))).holds
     finally:
         reduction.close()
 
