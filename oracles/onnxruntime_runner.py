@@ -384,12 +384,14 @@ def _casts_to_float(graph: onnx.GraphProto) -> list[str]:
 
 
 def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Round every top-level float32 tensor (graph inputs, weights and node outputs) through fp16, except the
-    outputs of nodes marked exact (EXACT_OUTPUTS_KEY) and the weights as those nodes read them. Weights are
-    rounded as a Constant node's output is, as an fp16 engine holds them: a model is the same model whether its
-    exporter wrote its weights as initializers or as Constant nodes (and a candidate that cuts a Constant holds
-    its value as an initializer)."""
+    """Round every top-level float32 tensor (graph inputs, weights held in the model and node outputs) through
+    fp16, except the outputs of nodes marked exact (EXACT_OUTPUTS_KEY) and the weights as those nodes read them.
+    Weights are rounded as a Constant node's output is, as an fp16 engine holds them: a model is the same model
+    whether its exporter wrote its weights as initializers or as Constant nodes (and a candidate that cuts a
+    Constant holds its value as an initializer). External weights are left as they are: ONNX Runtime would fold
+    their rounded copies into memory, a second copy of a model over 2 GiB."""
     import onnx
+    from onnx import external_data_helper
 
     typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     exact = exact_outputs(model)
@@ -414,7 +416,8 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     inputs = {i.name for i in graph.input}
     read = {name for node in graph.node if not any(o in exact for o in node.output) for name in node.input}
     rounded_weights = {t.name: f"{t.name}__rounded" for t in graph.initializer
-                       if t.data_type == onnx.TensorProto.FLOAT and t.name not in inputs and t.name in read}
+                       if t.data_type == onnx.TensorProto.FLOAT and t.name not in inputs and t.name in read
+                       and not external_data_helper.uses_external_data(t)}
     rounded_copies = {*rounded_inputs.values(), *rounded_weights.values()}
     for name, copy in [*rounded_inputs.items(), *rounded_weights.items()]:
         nodes.extend(casts(name, copy))

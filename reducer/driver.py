@@ -510,7 +510,9 @@ class Reduction:
         nodes = candidate.nodes
         if nodes not in self.proofs:
             exact = self.exact_region(nodes)
-            if exact >= self.model.flat:  # the whole model computed exactly is the reference itself
+            # the whole model computed exactly is the reference itself (a Constant no exact node reads is read by
+            # none that computes)
+            if exact | self.model.input_independent >= self.model.flat:
                 self.proofs[nodes] = Proof(self.cause_method, nodes, holds=True, exact=exact)
             else:
                 self.proofs[nodes] = counterfactual.judge_runs(self.cause_method, nodes, self.original,
@@ -743,7 +745,7 @@ class Reduction:
         constant = self.model.input_independent
         if signature is None or not signature.is_numeric or candidate.edits or candidate.nodes.isdisjoint(constant):
             return candidate
-        computing = candidate.nodes - self.model.input_independent
+        computing = candidate.nodes - constant
         return Candidate(computing, candidate.edits) if computing and computing != candidate.nodes else candidate
 
     def _cannot_carry(self, candidate: Candidate) -> bool:

@@ -499,7 +499,8 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Constant", [], ["c"], name="const", value=_const("c_value", [1e5, 2e5, 7e4, 1.2e5])),
              helper.make_node("Reshape", ["c", "shape"], ["c4"], name="const_reshape"),  # from Constants alone
-             helper.make_node("Mul", ["r", "c4"], ["y"], name="scale")]
+             helper.make_node("Mul", ["r", "c4"], ["y"], name="scale"),
+             helper.make_node("Constant", [], ["unread"], name="spare", value=_const("spare_value", [1.0]))]
     graph = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
                               [numpy_helper.from_array(np.array([4], dtype=np.int64), "shape")])
@@ -541,8 +542,39 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
         assert reduction.exact_region(frozenset({index["scale"]})) == frozenset(
             {index["scale"], index["const"], index["const_reshape"]})
         assert reduction.proof(Candidate(frozenset({index["scale"]}))).holds
+        # every node that computes, computed exactly, is the reference itself (a Constant none of them reads, the
+        # spare, is read by nothing that computes): proven without a run
+        before = reduction.counters.checks
+        assert reduction.proof(whole).holds and reduction.counters.checks == before
     finally:
         reduction.close()
+
+
+def test_fp16_storage_rounds_weights_but_where_an_exact_node_reads_them(tmp_path):
+    """fp16-storage rounds a weight as it rounds a Constant's output, but not as a node computed exactly reads it
+    (kept in fp32, a node reads its weights exactly), nor an external one (not read, not folded into memory)."""
+    import json
+
+    from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, OnnxRuntimeRunner
+
+    weight = np.array([1.0001, 3e5], dtype=np.float32)  # fp16: 1.0, Inf
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"], name="scale")], "weights",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    runner, x = OnnxRuntimeRunner("onnxruntime:cpu:fp16-storage"), {"x": np.array([1, 1e-3], dtype=np.float32)}
+    onnx.save(model, str(tmp_path / "plain.onnx"))
+    y = runner.run(tmp_path / "plain.onnx", x)["y"]
+    assert y[0] == 1.0 and np.isinf(y[1]), y  # the weight rounded: 3e5 is Inf in fp16
+    model.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(["y"]))
+    onnx.save(model, str(tmp_path / "exact.onnx"))
+    y = runner.run(tmp_path / "exact.onnx", x)["y"]
+    assert y[0] == np.float32(1.0001) and 299 < y[1] < 301, y  # read exactly, computed exactly
+    del model.metadata_props[:]
+    onnx.save(model, str(tmp_path / "external.onnx"), save_as_external_data=True, size_threshold=0)
+    y = runner.run(tmp_path / "external.onnx", x, tmp_path)["y"]
+    assert 299 < y[1] < 301, y  # not rounded (its product is, as every node output)
 
 
 def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(planted, tmp_path):
