@@ -131,7 +131,9 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append("**Cause: not shown.** The search stopped before the proof ran; treat this repro with care.")
     elif cause.get("holds"):
         how = ("kept in fp32" if cause["method"] == "fp32" else "fed from the reference run")
-        readers = (cause.get("exact_nodes") or 0) - (count or 0)
+        if cause["method"] == "fp32" and cause.get("exact_constants"):  # fed, Constants are computed as in the model
+            how = f"(and the {cause['exact_constants']} Constants they read) {how}"
+        readers = (cause.get("exact_nodes") or 0) - (count or 0) - (cause.get("exact_constants") or 0)
         if readers > 0:
             how += f" (with the {readers} nodes below that read their values beyond the target's range)"
         before, after = cause.get("failing_elements_before"), cause.get("failing_elements_after")

@@ -209,6 +209,12 @@ class Proof:
     holds: bool
     verdicts: dict[str, Verdict | None] = field(default_factory=dict)  # run kind -> its verdict (None: not run)
     exact: frozenset[int] = frozenset()  # the nodes computed exactly: the repro and its out-of-range region
+    constants: int = 0  # of `exact`, the Constants the repro reads (its weights, exact with it), not readers
+
+    @property
+    def readers(self) -> int:
+        """The nodes below the repro computed exactly with it: they read its values beyond the target's range."""
+        return max(0, len(self.exact or self.nodes) - len(self.nodes) - self.constants)
 
     def to_json(self, original: Verdict) -> dict:
         after = self.verdicts.get("exact", self.verdicts.get("without"))
@@ -219,6 +225,7 @@ class Proof:
             "failing_elements_after": (after.elements if after and after.failing else 0) if after else None,
             "still_failing": bool(after and after.failing),
             "exact_nodes": len(self.exact or self.nodes),
+            "exact_constants": self.constants,
         }
         if "downstream" in self.verdicts:
             below = self.verdicts["downstream"]
@@ -250,8 +257,10 @@ def one_line(proof: Proof, original: Verdict, model: Model) -> str:
     """The proof in words, for the log and report.md."""
     names = ", ".join(model.node_label(i) for i in sorted(proof.nodes)[:3]) + (" ..." if len(proof.nodes) > 3 else "")
     how = "kept in fp32" if proof.method == "fp32" else "fed from the reference"
-    if len(proof.exact) > len(proof.nodes):
-        how += f" (with the {len(proof.exact) - len(proof.nodes)} nodes below that read its values out of range)"
+    if proof.method == "fp32" and proof.constants:  # fed, Constants are computed as in the whole model
+        how += f" with the {proof.constants} Constants they read"
+    if proof.readers:
+        how += f" (with the {proof.readers} nodes below that read its values out of range)"
     after = proof.to_json(original)
     before = original.elements
     counted = f"{after['failing_elements_after']} of the {before} failing elements left" if before is not None else ""

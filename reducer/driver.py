@@ -483,7 +483,8 @@ class Reduction:
         tolerance failure's; None, it could not be run (the hint stands)."""
         if not self.beyond_target or not (self.original and self.original.failing):
             return None
-        region = self.exact_region(frozenset(self.beyond_target))
+        # fed from the reference (a `without` run computes the Constants they read as the whole model does)
+        region = counterfactual.through_range(self.model, self.store, frozenset(self.beyond_target), self.range_bound)
         try:
             verdict = self._counterfactual_verdict(counterfactual.CounterfactualRun("without", region))
         except LookupError:  # the out-of-range values reach every output: fp16 cannot compute them at all
@@ -521,6 +522,7 @@ class Reduction:
                     self.bystanders.append(self.proofs[nodes])
                     if "downstream" not in self.proofs[nodes].verdicts:  # its first run: it still fails
                         self.not_carrying.append(exact)
+            self.proofs[nodes].constants = len(counterfactual.with_constants(self.model, nodes) - nodes)
         return self.proofs[nodes]
 
     def still_fails_with_exact(self, nodes: frozenset[int]) -> bool | None:

@@ -489,10 +489,11 @@ def test_a_prefixs_downstream_run_takes_the_constants_it_reads(tmp_path):
 
 def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whole_model_does(tmp_path):
     """A candidate that cuts a Constant's output holds the Constant's value as a constant, not as an input: the
-    fp16 converter clamps a constant beyond fp16's range to 65504, as it does in the whole model, where a fed
-    input would be cast to Inf (and under O3, ONNX Runtime folds and fuses only what is constant). So the
+    fp16 converter clamps a constant beyond fp16's range (to 1e4, its default), as it does in the whole model,
+    where a fed input would be cast to Inf (and under O3, ONNX Runtime folds and fuses only what is constant). So the
     candidate of the Mul alone computes exactly what the whole model computes there."""
     from oracles.onnxruntime_runner import OnnxRuntimeRunner
+    from reducer import counterfactual
     from reducer.candidate import Candidate, materialize
     from reducer.options import OracleOptions
 
@@ -541,7 +542,12 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
         assert reduction.cause_method == "fp32"
         assert reduction.exact_region(frozenset({index["scale"]})) == frozenset(
             {index["scale"], index["const"], index["const_reshape"]})
-        assert reduction.proof(Candidate(frozenset({index["scale"]}))).holds
+        proof = reduction.proof(Candidate(frozenset({index["scale"]})))
+        assert proof.holds
+        # its weights are no readers of out-of-range values: the report counts none below it
+        assert proof.constants == 2 and proof.readers == 0 and proof.to_json(reduction.original)["exact_constants"] == 2
+        said = counterfactual.one_line(proof, reduction.original, model)
+        assert "below" not in said and "kept in fp32 with the 2 Constants they read" in said, said
         # every node that computes, computed exactly, is the reference itself (a Constant none of them reads, the
         # spare, is read by nothing that computes): proven without a run
         before = reduction.counters.checks
