@@ -131,11 +131,12 @@ def with_constants(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     if not constant:
         return nodes
     found, pending = set(nodes), list(nodes)
-    while pending:
-        for feeder in model.dag.predecessors(pending.pop()):
-            if feeder in constant and feeder not in found:
-                found.add(feeder)
-                pending.append(feeder)
+    while pending:  # by the reads, not networkx's graph: only the few tensors a Constant writes lead anywhere
+        for name in model.node_reads[pending.pop()]:
+            for feeder in model.writers.get(name, ()):
+                if feeder in constant and feeder not in found:
+                    found.add(feeder)
+                    pending.append(feeder)
     return frozenset(found) if len(found) > len(nodes) else nodes
 
 

@@ -338,9 +338,18 @@ class Model:
     def input_independent(self) -> frozenset[int]:
         """Nodes whose values no graph input reaches (Constants, and what computes only from them): any run of
         the model computes them alike, outside control flow (an If or Loop, and its inlined nodes, excluded)."""
-        readers = [i for i, reads in enumerate(self.node_reads) if any(r in self.graph_inputs for r in reads)]
-        reached = set(readers) | {reader for _, reader in nx.edge_bfs(self.dag, source=readers)} if readers else set()
-        return frozenset(i for i in range(len(self.nodes)) if i not in reached and i not in self.inlined
+        # passes over the reads, in order, until none adds a node (one, but where an inlined branch writes an If's
+        # outputs after its readers): no networkx graph, which would cost a 100k-node model 84 MB and its candidates
+        # the collector's time over it
+        reached = [False] * len(self.nodes)
+        changed = True
+        while changed:
+            changed = False
+            for index, reads in enumerate(self.node_reads):
+                if not reached[index] and any(name in self.graph_inputs or any(reached[w] for w in self.writers.get(
+                        name, ())) for name in reads):
+                    reached[index] = changed = True
+        return frozenset(i for i in range(len(self.nodes)) if not reached[i] and i not in self.inlined
                          and i not in self.inlined_into)
 
     @cached_property
