@@ -414,21 +414,21 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     rounded_inputs = {i.name: f"{i.name}__rounded" for i in graph.input if i.name in float32}
     # weights too (casts, not new values: external data is never read here), but not where an exact node reads them
     inputs = {i.name for i in graph.input}
-    read = {name for node in graph.node if not any(o in exact for o in node.output) for name in node.input}
+    is_exact = [any(name in exact for name in node.output) for node in graph.node]
+    read = {name for node, kept in zip(graph.node, is_exact, strict=True) if not kept for name in node.input}
     rounded_weights = {t.name: f"{t.name}__rounded" for t in graph.initializer
                        if t.data_type == onnx.TensorProto.FLOAT and t.name not in inputs and t.name in read
                        and not external_data_helper.uses_external_data(t)}
     rounded_copies = {*rounded_inputs.values(), *rounded_weights.values()}
     for name, copy in [*rounded_inputs.items(), *rounded_weights.items()]:
         nodes.extend(casts(name, copy))
-    for original in graph.node:
+    for original, kept in zip(graph.node, is_exact, strict=True):
         node = onnx.NodeProto()
         node.CopyFrom(original)
-        is_exact = any(name in exact for name in node.output)
         for position, name in enumerate(node.input):
             if name in rounded_inputs:
                 node.input[position] = rounded_inputs[name]
-            elif name in rounded_weights and not is_exact:
+            elif name in rounded_weights and not kept:
                 node.input[position] = rounded_weights[name]
         after = []
         # an Identity of a rounded value (a layerwise probe shows every tensor through one) is rounded already

