@@ -561,8 +561,9 @@ class Reduction:
         if below == run.nodes:
             # nothing lies below: the run is the repro alone, fed the reference, which its own check judged (a
             # last node that fails alone by rounding would otherwise pass a `without` run that is no run at all:
-            # it computes every output, so they are the reference's)
-            return self.judge(Candidate(run.nodes))
+            # it computes every output, so they are the reference's); in the form its check took, Constants as
+            # weights (the exact region holds the repro's Constants: as nodes it would be another key, a check again)
+            return self.judge(self._constants_as_weights(Candidate(run.nodes)))
 
         def build():
             built = counterfactual.build(run, self.model, self.store, nodes)

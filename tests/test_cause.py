@@ -487,16 +487,9 @@ def test_a_prefixs_downstream_run_takes_the_constants_it_reads(tmp_path):
     assert counterfactual.computed(model, everything) == frozenset()
 
 
-def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whole_model_does(tmp_path):
-    """A candidate that cuts a Constant's output holds the Constant's value as a constant, not as an input: the
-    fp16 converter clamps a constant beyond fp16's range (to 1e4, its default), as it does in the whole model,
-    where a fed input would be cast to Inf (and under O3, ONNX Runtime folds and fuses only what is constant). So the
-    candidate of the Mul alone computes exactly what the whole model computes there."""
-    from oracles.onnxruntime_runner import OnnxRuntimeRunner
-    from reducer import counterfactual
-    from reducer.candidate import Candidate, materialize
-    from reducer.options import OracleOptions
-
+def _scaled_by_a_constant(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """x -> Relu -> Mul by a Constant (reshaped: computed from Constants alone) that fp16 cannot hold -> y, and
+    a Constant nothing reads. Under `cpu:fp16` the converter clamps the constant (to 1e4): every element off."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Constant", [], ["c"], name="const", value=_const("c_value", [1e5, 2e5, 7e4, 1.2e5])),
              helper.make_node("Reshape", ["c", "shape"], ["c4"], name="const_reshape"),  # from Constants alone
@@ -509,6 +502,20 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     x = np.array([0.125, 0.25, 0.375, 0.5], dtype=np.float32)  # fp16 holds them: only the constant rounds
     np.savez(path.with_suffix(".npz"), x=x)
+    return path, x
+
+
+def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whole_model_does(tmp_path):
+    """A candidate that cuts a Constant's output holds the Constant's value as a constant, not as an input: the
+    fp16 converter clamps a constant beyond fp16's range (to 1e4, its default), as it does in the whole model,
+    where a fed input would be cast to Inf (and under O3, ONNX Runtime folds and fuses only what is constant). So the
+    candidate of the Mul alone computes exactly what the whole model computes there."""
+    from oracles.onnxruntime_runner import OnnxRuntimeRunner
+    from reducer import counterfactual
+    from reducer.candidate import Candidate, materialize
+    from reducer.options import OracleOptions
+
+    path, x = _scaled_by_a_constant(tmp_path)
     model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
                                                                 atol=0.01, rtol=0.01))
     try:
@@ -552,6 +559,30 @@ def test_a_cut_constant_stays_a_constant_so_the_candidate_computes_what_the_whol
         # spare, is read by nothing that computes): proven without a run
         before = reduction.counters.checks
         assert reduction.proof(whole).holds and reduction.counters.checks == before
+    finally:
+        reduction.close()
+
+
+def test_a_repro_with_nothing_below_it_is_proven_by_its_own_check_its_constants_held_as_weights(tmp_path):
+    """Fed from the reference (a --check command), a repro with nothing below it is proven by its own check:
+    its `downstream` run is the repro alone. Its exact region holds its Constants, which its check held as
+    weights: the run must be asked in that form, or it is another key and the same model checked twice (every
+    front cut `origin` accepted cost a check more)."""
+    from reducer.candidate import Candidate
+
+    path, _ = _scaled_by_a_constant(tmp_path)
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        checked = reduction._constants_as_weights(Candidate(frozenset({index["scale"], index["const"],
+                                                                       index["const_reshape"]})))
+        assert checked.nodes == frozenset({index["scale"]})
+        assert reduction.interesting(reduction.judge(checked))
+        before = reduction.counters.checks
+        proof = reduction.proof(checked)
+        assert proof.holds and proof.verdicts["without"] is None and proof.verdicts["downstream"].failing
+        assert reduction.counters.checks == before, "the repro's own check, asked again under another key"
     finally:
         reduction.close()
 
