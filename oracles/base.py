@@ -12,6 +12,8 @@ if TYPE_CHECKING:  # only in annotations: the CLI imports this before its worker
     import numpy as np
     import onnx
 
+    from reducer.candidate import ModelBytes
+
 LOG_TAIL_CHARS = 64_000
 
 
@@ -175,7 +177,7 @@ class Check(Protocol):
 class CheckJob:
     """One candidate to judge: the model, which store tensors feed its inputs, where to work."""
 
-    model: onnx.ModelProto | bytes  # bytes: serialized already (save_model writes them as they are)
+    model: onnx.ModelProto | bytes | ModelBytes  # serialized already (save_model writes them as they are)
     feeds: dict[str, Path]  # input name -> .npy file
     reference: dict[str, np.ndarray] | None  # output name -> value (memory-mapped); None: the oracle runs it
     workdir: Path  # private to this check

@@ -420,10 +420,14 @@ class Candidate:
         return self._key
 
     @cached_property
+    def numbers(self) -> np.ndarray:
+        """Its nodes in order, as an array (read-only): the key's bytes and materialize's gathers, sorted once (a
+        list sort of a nearly sorted set, then an int64 buffer, is a fifth of numpy's fromiter and sort)."""
+        return np.frombuffer(array("q", sorted(self.nodes)), np.int64)
+
+    @cached_property
     def _key(self) -> str:  # asked for several times a check (judged, spent, cached): worked out once
-        # the sorted numbers' int64 bytes, as keys have always been: a list sort of a nearly sorted set is a fifth
-        # of numpy's fromiter and sort
-        digest = hashlib.sha256(array("q", sorted(self.nodes)).tobytes())
+        digest = hashlib.sha256(self.numbers.tobytes())  # the sorted numbers' int64 bytes, as keys have always been
         if self.edits:
             digest.update(("|" + ";".join(map(repr, self.edits))).encode())
         return digest.hexdigest()
@@ -457,23 +461,49 @@ class Materialized:
 
     def serialized(self) -> bytes:
         """The model's bytes; from the joined fields without parsing them where it has them."""
+        return bytes(self.model_bytes())
+
+    def model_bytes(self) -> ModelBytes:
+        """The model's bytes in pieces, not joined: the fields as they are, without parsing them."""
         if not self.graph_fields:
-            return self.shell.SerializeToString()
+            return ModelBytes((self.shell.SerializeToString(),))
         header = onnx.ModelProto()
         header.CopyFrom(self.shell)  # small: no node, no weight
         header.ClearField("graph")
         shell_graph = self.shell.graph.SerializeToString()
-        # the graph field: its key and length, then its bytes, joined once (its nodes and weights are most of it)
+        # the graph field: its key and length, then its bytes (its nodes and weights are most of it)
         length = len(shell_graph) + sum(map(len, self.graph_fields))
-        return b"".join((header.SerializeToString(), field_key(GRAPH_FIELD, length), shell_graph,
-                         *self.graph_fields))
+        return ModelBytes((header.SerializeToString(), field_key(GRAPH_FIELD, length), shell_graph,
+                           *self.graph_fields))
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """A serialized model as pieces, in order: a candidate's nodes and weights are a few slices of the blocks
+    they are held in (Model.node_fields), written one after another. Joined, a 50k-node candidate took 20 MB of
+    fresh memory each time: 2 ms to copy, up to 12 ms of page faults."""
+
+    pieces: tuple[bytes | memoryview, ...]
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def write(self, handle) -> None:
+        if len(self.pieces) > _PIECES_WRITTEN_APART:  # a scattered candidate: a write call per piece costs more
+            handle.write(bytes(self))
+            return
+        for piece in self.pieces:
+            handle.write(piece)
+
+
+_PIECES_WRITTEN_APART = 256
 
 
 def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False,
                 model_outputs_only: bool = False) -> Materialized:
     """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run.
     `model_outputs_only`: the original model's outputs alone, not what the cut leaves unread."""
-    kept = candidate.ordered()
+    kept = candidate.numbers  # an array: the joined path's gathers take it as it is
     tensors = model.cut_by(kept)
 
     graph = onnx.GraphProto(name=model.proto.graph.name or "reduced")
@@ -484,6 +514,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     if joined:
         fields.extend(model.node_fields(kept))
     else:
+        kept = kept.tolist()  # node by node: a list
         graph.node.extend(model.nodes[i] for i in kept)
     reset = {}
     for edit in candidate.edits:
@@ -499,6 +530,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         for index, edits in reset.items():
             for edit in edits:
                 edit.apply(graph.node[position[index]])
+    # (an edit or a probe's outputs took the message path: `kept` is a list there)
     fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
     uncut = apply_body_cuts(graph, kept, candidate.edits, model, store)
     if uncut:
@@ -585,7 +617,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         else:  # outputs must be typed (TensorRT refuses untyped ones); nothing tells this one's type
             return Materialized(graph_model(model, graph), [], [], [], unrunnable=f"type of '{name}' unknown")
     as_original = not candidate.edits and not mark_all and not (
-        model.inlined_into and any(i in model.inlined_into for i in kept))
+        model.inlined_into and not candidate.nodes.isdisjoint(model.inlined_into))
     return Materialized(graph_model(model, graph), fed, frozen, outputs, observed=observed, feed_slices=feed_slices,
                         graph_fields=fields, as_original=as_original)
 
@@ -634,7 +666,7 @@ DATA_ALIGNMENT = 1 << 16  # offsets ONNX Runtime can memory-map (its allocation 
 COPY_CHUNK = 64 << 20
 
 
-def save_model(proto: onnx.ModelProto | bytes, path: Path, weights_in_place: bool = False,
+def save_model(proto: onnx.ModelProto | bytes | ModelBytes, path: Path, weights_in_place: bool = False,
                external_data: bool = True, checked: bool = True) -> Path | None:
     """Write atomically, checked, with only the weights the model uses. Tensors that reference another
     folder's external data (basepath: the original model's, see Model.initializer_reference) are read into
@@ -645,16 +677,16 @@ def save_model(proto: onnx.ModelProto | bytes, path: Path, weights_in_place: boo
     their folder is returned: for a check whose runner reads external data from a folder it is given (ONNX
     Runtime's external-initializers folder, TensorRT's parse path). Otherwise None: all is beside PATH.
     `external_data` False: the model is known to hold none (a candidate of a model without any), so its every
-    node is not scanned for it. `proto` may be the model's bytes (Materialized.serialized): written as they are.
+    node is not scanned for it. `proto` may be the model's bytes (Materialized.model_bytes): written as they are.
     `checked` False: valid by construction (Materialized.as_original), so onnx's checker, a tenth of a second on a
     50k-node candidate, is spared: the runner that loads it validates it anyway.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(proto, bytes):
+    if isinstance(proto, bytes | ModelBytes):
         if not external_data:
             _write_checked(proto, path, checked=checked)
             return None
-        proto = onnx.ModelProto.FromString(proto)  # its references are found and copied in the message
+        proto = onnx.ModelProto.FromString(bytes(proto))  # its references are found and copied in the message
     references = [t for t in all_tensors(proto.graph) if external_data_helper.uses_external_data(t)] \
         if external_data else []
     saved = [external_entries(tensor) for tensor in references]
@@ -710,11 +742,15 @@ def _save(proto: onnx.ModelProto, path: Path, references: list[onnx.TensorProto]
     return None
 
 
-def _write_checked(data: bytes, path: Path, keep_side_file: bool = False, checked: bool = True) -> None:
+def _write_checked(data: bytes | ModelBytes, path: Path, keep_side_file: bool = False, checked: bool = True) -> None:
     """Written beside PATH, checked by onnx's checker (unless `checked` is False), then moved into place; an
     earlier write's weights file, which this model does not use, goes."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
+    with open(tmp, "wb") as handle:
+        if isinstance(data, ModelBytes):
+            data.write(handle)
+        else:
+            handle.write(data)
     if checked:
         onnx.checker.check_model(str(tmp))
     os.replace(tmp, path)

@@ -271,7 +271,7 @@ class Reduction:
         stats.checks += 1
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
         job = CheckJob(
-            model=built.proto if self.model.external_data else built.serialized(),  # bytes: nothing to copy
+            model=built.proto if self.model.external_data else built.model_bytes(),  # bytes: nothing to copy
             feeds=self._feeds(built, workdir),
             reference=None if stale_reference else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))

@@ -122,6 +122,40 @@ def test_a_candidate_joined_from_serialized_nodes_is_the_model_its_messages_make
     assert frozen  # some cut froze a small integer tensor: its bytes sit among the weights, in order
 
 
+def test_a_run_of_nodes_is_one_slice_and_reads_its_weights_in_one(tmp_path):
+    """Nodes and weights are held serialized one after another (the weights in the order the nodes first read
+    them, whatever order the file declares them in): a candidate that keeps a run of nodes is a slice of each,
+    not one small byte string per node and per weight to join, and it is the model the message path makes."""
+    import dataclasses
+
+    steps = 30
+    nodes = [helper.make_node("Mul", [f"t{i}", f"w{i}"], [f"t{i + 1}"], name=f"mul{i}") for i in range(steps)]
+    weights = [numpy_helper.from_array(np.full(4, 1.0 + i / 100, np.float32), f"w{i}") for i in range(steps)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(f"t{steps}", TensorProto.FLOAT, [4])],
+                              weights[::-1])  # declared last read first
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    middle = np.arange(10, 20)
+    numbers = model.cut_by(middle).weights
+    assert len(model.node_fields(middle)) == 1 and len(model.weight_fields(numbers)) == 1
+    held = onnx.GraphProto.FromString(b"".join(model.weight_fields(numbers))).initializer
+    assert [t.name for t in held] == [f"w{i}" for i in range(10, 20)]
+    np.testing.assert_array_equal(numpy_helper.to_array(held[3]), np.full(4, 1.13, np.float32))
+    scattered = np.array([2, 3, 7, 20, 21])
+    assert len(model.node_fields(scattered)) == 3 == len(model.weight_fields(model.cut_by(scattered).weights))
+    store = reference_store(model, {"t0": np.arange(4, dtype=np.float32)}, tmp_path / "store")
+    for kept in (middle, scattered):
+        candidate = Candidate(frozenset(kept.tolist()))
+        joined = materialize(model, candidate, store)
+        expected = materialize(dataclasses.replace(model, external_data=True), candidate, store)
+        data = joined.serialized()
+        assert onnx.ModelProto.FromString(data).SerializeToString() == expected.proto.SerializeToString()
+        save_model(joined.model_bytes(), tmp_path / f"{len(kept)}.onnx", external_data=False)  # checked
+        assert (tmp_path / f"{len(kept)}.onnx").read_bytes() == data
+
+
 def _cut_by_name(model, kept: list[int]) -> tuple[list[str], list[str], set[str], list[str]]:
     """What Model.cut_by works out in arrays, walked name by name: weights read and other tensors read but not
     written (each once, in the order the model's tensors are numbered), tensors written, and those written that no
