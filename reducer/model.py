@@ -162,9 +162,8 @@ class SerializedTensors(Mapping):
         return [self.block(block)[start:end] for block, start, _, end in rows]
 
     def update(self, tensors, order=None) -> None:
-        """More tensors, serialized into a block of their own: `tensors` (a sequence: read twice) in `order`
-        (positions in it; default: as they are). No list of them is made: on a 100k-node model, 56k small Python
-        objects held at once raised the load's peak by 19 MB (shape inference cannot reuse their memory)."""
+        """More tensors, serialized into a block of their own: `tensors` (a sequence: read twice, to size the
+        block, then to fill it) in `order` (positions in it; default: as they are)."""
         order = range(len(tensors)) if order is None else order
         number, first_row = len(self._blocks), len(self._places)
         size = sum(_field_length(tensors[i].ByteSize()) for i in order)
@@ -189,9 +188,9 @@ class SerializedTensors(Mapping):
         return other
 
 
-def field_slices(blocks, places: np.ndarray) -> list[memoryview]:
-    """Fields at `places` (rows of block, start, end), in that order: one slice of a block per run of fields
-    that lie one after another in it."""
+def field_slices(block_of, places: np.ndarray) -> list[memoryview]:
+    """Fields at `places` (rows of block number, start, end), in that order: one slice of a block (`block_of` a
+    number) per run of fields that lie one after another in it."""
     if not len(places):
         return []
     block, start, end = places[:, 0], places[:, 1], places[:, 2]
@@ -199,7 +198,7 @@ def field_slices(blocks, places: np.ndarray) -> list[memoryview]:
     begins[1:] = (block[1:] != block[:-1]) | (start[1:] != end[:-1])
     first = np.flatnonzero(begins)
     last = np.append(first[1:], len(places)) - 1
-    return [blocks(b)[s:e] for b, s, e in zip(block[first].tolist(), start[first].tolist(), end[last].tolist(),
+    return [block_of(b)[s:e] for b, s, e in zip(block[first].tolist(), start[first].tolist(), end[last].tolist(),
                                               strict=True)]
 
 
@@ -479,12 +478,13 @@ class Model:
     @cached_property
     def _node_block(self) -> tuple[bytearray, np.ndarray]:
         """Every node's field, in index order, and where each ends."""
-        block, ends = bytearray(), np.empty(len(self.nodes), np.int64)
-        for index, node in enumerate(self.nodes):
-            payload = node.SerializeToString()
-            block += field_key(NODE_FIELD, len(payload))
-            block += payload
-            ends[index] = len(block)
+        sizes = [node.ByteSize() for node in self.nodes]
+        ends = np.cumsum([len(field_key(NODE_FIELD, size)) + size for size in sizes], dtype=np.int64)
+        block = bytearray(int(ends[-1]) if len(ends) else 0)  # made at its size: no regrowth copies it
+        for index, (node, size) in enumerate(zip(self.nodes, sizes, strict=True)):
+            start = int(ends[index]) - size
+            block[start - len(field_key(NODE_FIELD, size)):start] = field_key(NODE_FIELD, size)
+            block[start:start + size] = node.SerializeToString()
         return block, ends
 
     @cached_property
