@@ -503,7 +503,9 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
                 model_outputs_only: bool = False) -> Materialized:
     """`mark_all` also makes every tensor the kept nodes produce an output: a layerwise diagnostic run.
     `model_outputs_only`: the original model's outputs alone, not what the cut leaves unread."""
-    kept = candidate.numbers  # an array: the joined path's gathers take it as it is
+    # an array, which the joined path's gathers take as it is; the message path (edits, a probe's outputs, external
+    # data) lists it, and what follows for edits indexes that list node by node
+    kept = candidate.numbers
     tensors = model.cut_by(kept)
 
     graph = onnx.GraphProto(name=model.proto.graph.name or "reduced")
@@ -514,7 +516,7 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
     if joined:
         fields.extend(model.node_fields(kept))
     else:
-        kept = kept.tolist()  # node by node: a list
+        kept = kept.tolist()
         graph.node.extend(model.nodes[i] for i in kept)
     reset = {}
     for edit in candidate.edits:
@@ -530,7 +532,6 @@ def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark
         for index, edits in reset.items():
             for edit in edits:
                 edit.apply(graph.node[position[index]])
-    # (an edit or a probe's outputs took the message path: `kept` is a list there)
     fewer_trips = apply_loop_trips(graph, kept, candidate.edits)  # declared output shapes may then not hold
     uncut = apply_body_cuts(graph, kept, candidate.edits, model, store)
     if uncut:
