@@ -592,7 +592,7 @@ def test_fp16_storage_rounds_weights_but_where_an_exact_node_reads_them(tmp_path
     (kept in fp32, a node reads its weights exactly), nor an external one (not read, not folded into memory)."""
     import json
 
-    from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, OnnxRuntimeRunner
+    from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, OnnxRuntimeRunner, fp16_storage
 
     weight = np.array([1.0001, 3e5], dtype=np.float32)  # fp16: 1.0, Inf
     graph = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"], name="scale")], "weights",
@@ -604,6 +604,10 @@ def test_fp16_storage_rounds_weights_but_where_an_exact_node_reads_them(tmp_path
     onnx.save(model, str(tmp_path / "plain.onnx"))
     y = runner.run(tmp_path / "plain.onnx", x)["y"]
     assert y[0] == 1.0 and np.isinf(y[1]), y  # the weight rounded: 3e5 is Inf in fp16
+    # in its values, not by Casts that ONNX Runtime folds at every load (56k weights doubled a session's build)
+    converted = fp16_storage(onnx.load(str(tmp_path / "plain.onnx")))
+    assert [n.op_type for n in converted.graph.node if "w" in n.input] == ["Mul"]
+    assert numpy_helper.to_array(converted.graph.initializer[0])[0] == 1.0
     model.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(["y"]))
     onnx.save(model, str(tmp_path / "exact.onnx"))
     y = runner.run(tmp_path / "exact.onnx", x)["y"]
