@@ -213,8 +213,8 @@ def instrumented_run(argv: list[str], timings_path: Path) -> None:
 def candidate_overhead(reduction, sizes=(1, 10, 100, 1000, 10000), repeat: int = 3) -> dict[int, float]:
     """Milliseconds the driver spends on a candidate of k nodes before the worker runs it (materialize, key,
     cache, faithfulness, feeds, reference; the model saved and checked as the oracle does): the median of
-    `repeat` candidates of each size (and of n/2), nodes from the top of the graph (above the overflow:
-    faithful). Also run on older checkouts by bench_overhead.py."""
+    `repeat` candidates of each size (and of n/2), nodes from the top of the graph (fed what the graph's first
+    nodes compute: faithful). Also run on older checkouts by bench_overhead.py."""
     import inspect
 
     from reducer.candidate import Candidate, save_model
@@ -225,7 +225,7 @@ def candidate_overhead(reduction, sizes=(1, 10, 100, 1000, 10000), repeat: int =
     parameters = inspect.signature(save_model).parameters  # as the built-in oracle calls it (older: fewer)
     measured = {}
     for size in sorted({*sizes, total // 2}):
-        if size > total // 2:
+        if size + repeat > total:
             continue
         times = []
         for shift in range(repeat):
@@ -445,53 +445,7 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
                          f"{', '.join(str(n) for n, _ in points)} nodes; nodes^{last_two:.2f} between the two "
                          f"largest, where fixed costs weigh least); without the whole model's check, "
                          f"nodes^{ours_only:.2f}.")
-    return "\n".join(lines + ["", *PROFILE_NOTES]) + "\n"
-
-
-# What cProfile (the driver) and the instrumented worker time said at 10k nodes, before and after the changes
-# that came of it: kept with the table, since the table alone cannot say why.
-PROFILE_NOTES = [
-    "Where the time went (`--profile chain:10000`, cProfile of the driver plus the time spent waiting on the "
-    "worker), before the changes: 17.0 s, 4 checks.",
-    "",
-    "- **64%: the layerwise probe** (`localize`): one ONNX Runtime session of the whole model with every tensor an "
-    "output. fp16-storage gave it 60k nodes (two Casts per tensor, and two more per Identity that shows one); "
-    "the session took 5.9 s to build at O3 and 2.5 s to run, against 1.25 s and 0.01 s for the plain model "
-    "(at 1k nodes: 0.22 s and 0.01 s: both grow faster than linearly with the outputs). Then 1.7 s in the "
-    "driver memory-mapping the reference of 10k outputs, 0.17 ms each.",
-    "- **20%: the reference capture**: one session with every tensor an output (3.5 s), and the store written "
-    "a file per tensor.",
-    "- **9%: the whole model's first check** (1.5 s); the rest: loading, the report, the bundle.",
-    "",
-    "The changes: a candidate of more than 1,000 nodes is probed in pieces of 1,000 in topological order, each "
-    "fed what the target computed in the pieces before it (the same first failing tensor), stopping at the first "
-    "piece where a tensor fails; the capture runs in pieces too (the same values: no graph optimizations); an "
-    "Identity of a value fp16-storage rounded already gets no Casts; a stored tensor under 1 MiB is read whole "
-    "(19 us instead of 110-170 us); the probe's faithfulness is worked out from the tensors a candidate cuts, "
-    "without building a copy of it; the store opens with one folder listing; `save_model` writes the bytes as "
-    "they are. After: 8-9 s at 10k, the probe 2.4 s in the worker (7 of 10 pieces).",
-    "",
-    "What is left growing faster than linearly is ONNX Runtime building one session for the whole model, the "
-    "first check: fp16-storage's chain of 10k nodes (30k after the Casts) builds in 1.0 s at O0, 30k in 3.5 s, "
-    "100k in 28 s (41 s at O3); an fp32 session of the same chain takes about as long. Polygraphy pays it "
-    "on each check of a large candidate. Per candidate, the reducer's own work is linear in the candidate's "
-    "nodes (3 to 7 us a node at 100k: materialize, key, save and check), nothing in the whole model's size.",
-    "",
-    "Against the issue's targets: the probe (in the search column) costs less than the whole model's check at "
-    "10k and 100k nodes; a candidate's overhead stays under 20 ms up to about 30k nodes at 100k (1 node: "
-    "0.5 ms; 50k: about 30 ms, most of it writing its 20 MB file), and grows with the candidate, not the model; "
-    "the time to the repro grows about linearly (the exponents above). Peak memory is not under twice the model "
-    "for these graphs, whose weights are small: see below.",
-    "",
-    "Peak memory at 100k nodes is the graph's structure, not its weights: the 45 MB transformer file is about "
-    "230 MB of protobuf objects and indexes in the driver once loaded (its inferred types kept serialized and "
-    "shared: 174 MB as one TypeProto each), the networkx DAG (90 MB) and the imports (100 MB); loading peaks "
-    "higher, with shape inference's copy of the whole model. "
-    "The driver's peak comes with the whole model's check (the candidate of every node: one more copy of the "
-    "graph, saved and checked) or, on the chain, with report.json (its `origin` lists the path from the input "
-    "to the kept node: 66k nodes). The worker's peak is ONNX Runtime's session of the whole fp16-storage model "
-    "(300k nodes). The driver holds no copy of the store: a tensor is read when a check needs it.",
-]
+    return "\n".join(lines) + "\n"
 
 
 # where this script's part of the "## Scale" section ends: what follows (notes written by hand) stays
