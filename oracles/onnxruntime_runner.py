@@ -430,17 +430,20 @@ def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     is_exact = [any(name in exact for name in node.output) for node in graph.node]
     read_exactly = {name for node, kept in zip(graph.node, is_exact, strict=True) if kept for name in node.input}
     rounded_weights, copies = {}, []  # a weight an exact node reads -> its rounded copy
+    rounded_copies = set(rounded_inputs.values())  # what holds a rounded value, by name
     for tensor in graph.initializer:
         if (tensor.data_type != onnx.TensorProto.FLOAT or tensor.name in inputs
                 or external_data_helper.uses_external_data(tensor)):
             continue
         if tensor.name in read_exactly:
-            rounded_weights[tensor.name] = f"{tensor.name}__rounded"
-            copies.append(_rounded_to_fp16(tensor, rounded_weights[tensor.name]))
+            rounded = _rounded_to_fp16(tensor, f"{tensor.name}__rounded")
+            rounded_weights[tensor.name] = rounded.name
+            copies.append(rounded)
         else:
-            tensor.CopyFrom(_rounded_to_fp16(tensor, tensor.name))
+            rounded = _rounded_to_fp16(tensor, tensor.name)
+            tensor.CopyFrom(rounded)
+        rounded_copies.add(rounded.name)
     graph.initializer.extend(copies)
-    rounded_copies = {*rounded_inputs.values(), *(t.name for t in graph.initializer)}
     for name, copy in rounded_inputs.items():
         nodes.extend(casts(name, copy))
     for original, kept in zip(graph.node, is_exact, strict=True):

@@ -791,9 +791,13 @@ class Reduction:
             history.write(json.dumps(step) + "\n")
 
     def write_best(self) -> Path:
+        """minimal.onnx, checked by onnx's checker; written from its pieces as a check's file is (parsed into a
+        message and serialized again, the whole 100k-node transformer, written before the search, set the driver's
+        peak)."""
         built = materialize(self.model, self.best, self.store)
         path = self.out_dir / MINIMAL
-        save_model(built.proto, path, external_data=self.model.external_data)
+        save_model(built.proto if self.model.external_data else built.model_bytes(), path,
+                   external_data=self.model.external_data)
         return path
 
     def write_best_inputs(self) -> Path:
