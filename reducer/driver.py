@@ -24,6 +24,7 @@ from reducer.candidate import (
     CANDIDATE_FORM,
     Candidate,
     Materialized,
+    ModelBytes,
     body_cuts_weight,
     materialize,
     save_model,
@@ -271,7 +272,7 @@ class Reduction:
         stats.checks += 1
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
         job = CheckJob(
-            model=built.proto if self.model.external_data else built.model_bytes(),  # bytes: nothing to copy
+            model=self._as_saved(built),
             feeds=self._feeds(built, workdir),
             reference=None if stale_reference else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))
@@ -794,11 +795,15 @@ class Reduction:
         """minimal.onnx, checked by onnx's checker; written from its pieces as a check's file is (parsed into a
         message and serialized again, the whole 100k-node transformer, written before the search, set the driver's
         peak)."""
-        built = materialize(self.model, self.best, self.store)
         path = self.out_dir / MINIMAL
-        save_model(built.proto if self.model.external_data else built.model_bytes(), path,
+        save_model(self._as_saved(materialize(self.model, self.best, self.store)), path,
                    external_data=self.model.external_data)
         return path
+
+    def _as_saved(self, built: Materialized) -> onnx.ModelProto | ModelBytes:
+        """What save_model is handed for a candidate: its bytes in pieces, nothing to copy; with external data the
+        message, whose references it copies."""
+        return built.proto if self.model.external_data else built.model_bytes()
 
     def write_best_inputs(self) -> Path:
         built = materialize(self.model, self.best, self.store)

@@ -270,9 +270,10 @@ def runs(numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _gathered(start: np.ndarray, ids: np.ndarray, nodes: np.ndarray, node_runs) -> np.ndarray:
     """The entries of `nodes` (sorted; their `runs`) in flat per-node arrays (TensorIndex), one node after another."""
-    first, last = node_runs
-    if 0 < len(first) * 8 <= len(nodes):  # a few runs: a slice each (a place per entry cost 2 ms at 100k nodes)
-        return np.concatenate([ids[start[a]:start[b + 1]] for a, b in zip(first.tolist(), last.tolist(), strict=True)])
+    run_first, run_last = node_runs
+    if 0 < len(run_first) * 8 <= len(nodes):  # a few runs: a slice each (a place per entry cost 2 ms at 100k nodes)
+        return np.concatenate([ids[start[a]:start[b + 1]]
+                               for a, b in zip(run_first.tolist(), run_last.tolist(), strict=True)])
     first, counts = start[nodes], start[nodes + 1] - start[nodes]
     # each entry's place in `ids`: its place in the result, shifted by its node's start less where it begins
     shift = np.repeat(first - (np.cumsum(counts) - counts), counts)
