@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # only in annotations: the CLI imports this before its worker
     import numpy as np
     import onnx
 
-    from reducer.candidate import ModelBytes
+    from reducer.model import ModelBytes
 
 LOG_TAIL_CHARS = 64_000
 

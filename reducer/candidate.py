@@ -18,16 +18,14 @@ from reducer.activations import ActivationStore
 from reducer.model import (
     INITIALIZER_FIELD,
     Model,
+    ModelBytes,
     _without_external_data,
     all_tensors,
     external_entries,
-    field_key,
     mark_external_sources,
     proto_field,
     set_external_entries,
 )
-
-GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 
 # Integer tensors this small are shapes, axes and indices: a cut one is frozen to a constant instead of
 # becoming a graph input, because engines need them at build time (TensorRT shape tensors, Reshape).
@@ -469,38 +467,7 @@ class Materialized:
 
     def model_bytes(self) -> ModelBytes:
         """The model's bytes in pieces, not joined: the fields as they are, without parsing them."""
-        if not self.graph_fields:
-            return ModelBytes((self.shell.SerializeToString(),))
-        header = onnx.ModelProto()
-        header.CopyFrom(self.shell)  # small: no node, no weight
-        header.ClearField("graph")
-        shell_graph = self.shell.graph.SerializeToString()
-        # the graph field: its key and length, then its bytes (its nodes and weights are most of it)
-        length = len(shell_graph) + sum(map(len, self.graph_fields))
-        return ModelBytes((header.SerializeToString(), field_key(GRAPH_FIELD, length), shell_graph,
-                           *self.graph_fields))
-
-
-@dataclass(frozen=True)
-class ModelBytes:
-    """A serialized model as pieces, in order: a candidate's nodes and weights are a few slices of the blocks
-    they are held in (Model.node_fields), written one after another. Joined, a 50k-node candidate took 20 MB of
-    fresh memory each time: 2 ms to copy, up to 12 ms of page faults."""
-
-    pieces: tuple[bytes | memoryview, ...]
-
-    def __bytes__(self) -> bytes:
-        return b"".join(self.pieces)
-
-    def write(self, handle) -> None:
-        if len(self.pieces) > _PIECES_WRITTEN_APART:  # a scattered candidate: a write call per piece costs more
-            handle.write(bytes(self))
-            return
-        for piece in self.pieces:
-            handle.write(piece)
-
-
-_PIECES_WRITTEN_APART = 256
+        return ModelBytes.of(self.shell, self.graph_fields)
 
 
 def materialize(model: Model, candidate: Candidate, store: ActivationStore, mark_all: bool = False,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper
 
+from oracles.base import signal_name
 from reducer.errors import BadModelError
 
 
@@ -158,8 +162,8 @@ class SerializedTensors(Mapping):
         return memoryview(self._blocks[number])
 
     def fields(self) -> list[memoryview]:
-        rows = self._places[list(self._number.values())].tolist()
-        return [self.block(block)[start:end] for block, start, _, end in rows]
+        """Every weight's field: a slice per run of them that lie one after another."""
+        return field_slices(self.block, self._places[list(self._number.values())][:, [0, 1, 3]])
 
     def update(self, tensors, order=None) -> None:
         """More tensors, serialized into a block of their own: `tensors` (a sequence) in `order` (positions in
@@ -509,7 +513,43 @@ class Model:
 
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
+GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """A serialized model as pieces, in order: a candidate's nodes and weights are a few slices of the blocks
+    they are held in (Model.node_fields), written one after another. Joined, a 50k-node candidate took 20 MB of
+    fresh memory each time: 2 ms to copy, up to 12 ms of page faults."""
+
+    pieces: tuple[bytes | memoryview, ...]
+
+    @classmethod
+    def of(cls, shell: onnx.ModelProto, graph_fields: list[bytes] | list[memoryview]) -> ModelBytes:
+        """`shell` with `graph_fields` (serialized GraphProto fields: nodes, weights) added to its graph."""
+        if not graph_fields:
+            return cls((shell.SerializeToString(),))
+        header = onnx.ModelProto()
+        header.CopyFrom(shell)  # small: no node, no weight
+        header.ClearField("graph")
+        shell_graph = shell.graph.SerializeToString()
+        # the graph field: its key and length, then its bytes (its nodes and weights are most of it)
+        length = len(shell_graph) + sum(map(len, graph_fields))
+        return cls((header.SerializeToString(), field_key(GRAPH_FIELD, length), shell_graph, *graph_fields))
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def write(self, handle) -> None:
+        if len(self.pieces) > _PIECES_WRITTEN_APART:  # a scattered candidate: a write call per piece costs more
+            handle.write(bytes(self))
+            return
+        for piece in self.pieces:
+            handle.write(piece)
+
+
+_PIECES_WRITTEN_APART = 256
 
 
 def proto_field(number: int, payload: bytes) -> bytes:
@@ -581,20 +621,16 @@ def load_model(path: str | os.PathLike) -> Model:
     producer = {name: position for position, writes in enumerate(node_writes) for name in writes}
 
     if order != list(range(len(order))):  # keep the proto consistent with our order
-        sorted_nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in nodes]
-        del graph.node[:]
-        graph.node.extend(sorted_nodes)
-        nodes = list(graph.node)
-    try:
-        onnx.checker.check_model(_without_external_data(proto))
-    except onnx.checker.ValidationError as exc:
-        raise BadModelError(f"{path}: the ONNX checker rejects it: {_first_line(exc)}") from None
+        nodes = _put_in_order(graph, order)
+    if path.stat().st_size > INSPECTED_APART_BYTES:
+        value_types = _inspected_apart(path, order)
+    else:
+        value_types = _inspected(proto, path)
 
-    stand_ins = None
     if not external_files:
         # the weights held once, as the bytes candidates join, and the message without them: a fresh one, as
         # protobuf frees a message's memory only with the whole message (clearing a field keeps its bytes)
-        # names only: the dict's messages would keep the whole original message alive through inference
+        # names only: the dict's messages would keep the whole original message alive
         weight_names, initializers = set(initializers), SerializedTensors()
         # in the order the nodes first read them, as TensorIndex numbers them: a run of nodes then reads a run of
         # weights, one slice of the block (Model.weight_fields)
@@ -607,13 +643,11 @@ def load_model(path: str | os.PathLike) -> Model:
                                 len(graph.initializer))
         initializers.update(graph.initializer, np.argsort(positions, kind="stable").tolist())
         del weight_names, first_read, positions
-        stand_ins = _shape_stand_ins(graph.initializer)
         del graph.initializer[:]
         proto = onnx.ModelProto.FromString(proto.SerializeToString())
         graph = proto.graph
         nodes = list(graph.node)  # topologically sorted above
         graph_inputs = {i.name: i for i in graph.input if i.name not in initializers}
-    value_types = _infer_types(proto, stand_ins)
     return Model(
         path=path,
         proto=proto,
@@ -630,6 +664,10 @@ def load_model(path: str | os.PathLike) -> Model:
 
 
 def _topological_order(graph, reads, producer, path) -> list[int]:
+    """The nodes' order as the file has it where every node reads what earlier ones write (as ONNX asks: no graph
+    to build, which at 100k nodes held 100 MB), else the earliest-first sort of networkx."""
+    if all(producer.get(name, -1) < index for index, names in enumerate(reads) for name in names):
+        return list(range(len(reads)))
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(graph.node)))
     for index, names in enumerate(reads):
@@ -642,6 +680,64 @@ def _topological_order(graph, reads, producer, path) -> list[int]:
         cycle = nx.find_cycle(dag)
         names = " -> ".join(graph.node[a].name or f"#{a}" for a, _ in cycle)
         raise BadModelError(f"{path}: the graph has a cycle ({names})") from None
+
+
+def _put_in_order(graph: onnx.GraphProto, order: list[int]) -> list[onnx.NodeProto]:
+    nodes = [onnx.NodeProto.FromString(graph.node[i].SerializeToString()) for i in order]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return list(graph.node)
+
+
+# A file larger than this is checked and typed in a process of its own (_inspected_apart).
+INSPECTED_APART_BYTES = 16 * 2**20
+
+
+def _inspected(proto: onnx.ModelProto, path: Path) -> dict[str, bytes]:
+    """onnx's checker on the model, then its tensors' types (_infer_types); BadModelError where the checker
+    rejects it."""
+    try:
+        onnx.checker.check_model(_without_external_data(proto))
+    except onnx.checker.ValidationError as exc:
+        raise BadModelError(f"{path}: the ONNX checker rejects it: {_first_line(exc)}") from None
+    return _infer_types(proto, _shape_stand_ins(proto.graph.initializer))
+
+
+def _inspected_apart(path: Path, order: list[int]) -> dict[str, bytes]:
+    """_inspected in a process of its own, which reads the model from its file again: onnx's checker and shape
+    inference copy the whole model in C++ (at 100k nodes, 220 MB more than the loaded model: the driver's peak),
+    and a crash of theirs on a hostile file ends that process, not the reduction."""
+    request = pickle.dumps((str(path), None if order == list(range(len(order))) else order))
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-c", _INSPECT_REQUEST], input=request, capture_output=True, env=env)
+    if done.returncode < 0:
+        raise BadModelError(f"{path}: onnx's checker or shape inference crashed on it "
+                            f"({signal_name(-done.returncode)})")
+    if done.returncode:
+        lines = done.stderr.decode(errors="replace").strip().splitlines() or ["no message"]
+        raise BadModelError(f"{path}: onnx's checker or shape inference failed on it: {lines[-1]}")
+    kind, answer = pickle.loads(done.stdout)
+    if kind == "rejected":
+        raise BadModelError(answer)
+    return answer
+
+
+_INSPECT_REQUEST = "from reducer.model import _inspect_request; _inspect_request()"
+
+
+def _inspect_request() -> None:
+    """The process of _inspected_apart: the file's path and the nodes' order (None: as they are) on stdin, the
+    types (or why the checker rejects it) on stdout."""
+    path, order = pickle.load(sys.stdin.buffer)
+    proto = onnx.load(path, load_external_data=False)
+    if order is not None:
+        _put_in_order(proto.graph, order)
+    try:
+        answer = ("types", _inspected(proto, Path(path)))
+    except BadModelError as exc:
+        answer = ("rejected", str(exc))
+    sys.stdout.buffer.write(pickle.dumps(answer))
 
 
 TWO_GIB = 2**31
@@ -713,20 +809,24 @@ def _shape_stand_ins(weights) -> StandIns:
 
 def _infer_types(proto: onnx.ModelProto, stand_ins: StandIns | None = None) -> dict[str, bytes]:
     """Types of every tensor ONNX shape inference can work out, serialized, the same ones shared (a TypeProto
-    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates. `stand_ins`: what a
-    model whose message holds no weights gives inference instead (_shape_stand_ins), not their values: the
-    copies inference makes of the whole model set the driver's peak memory."""
+    each took 1.7 kB: 170 MB for a 100k-node model); used to type outputs of candidates. `stand_ins`: what inference is
+    given instead of the message's weights (_shape_stand_ins), not their values: the copies inference makes of
+    the whole model would hold them all."""
     stand_in_inputs: set[str] = set()
     if stand_ins is not None:
         inputs, kept = stand_ins
         light = onnx.ModelProto()
         light.CopyFrom(proto)
+        del light.graph.initializer[:]  # all of them are in `stand_ins`
+        declared = {i.name for i in light.graph.input}  # an old model's inputs list its weights too
         for name, data_type, dims in inputs:
-            declared = light.graph.input.add(name=name).type.tensor_type
-            declared.elem_type = data_type
-            declared.shape.SetInParent()
+            if name in declared:
+                continue
+            tensor_type = light.graph.input.add(name=name).type.tensor_type
+            tensor_type.elem_type = data_type
+            tensor_type.shape.SetInParent()
             for size in dims:
-                declared.shape.dim.add(dim_value=size)
+                tensor_type.shape.dim.add(dim_value=size)
         light.graph.initializer.extend(kept)
         proto, stand_in_inputs = light, {name for name, _, _ in inputs}
     try:

@@ -21,7 +21,7 @@ import onnx
 
 from oracles.base import Oracle, Verdict
 from reducer import counterfactual, errors, output_dir
-from reducer.activations import REFERENCE_RUNNER, ActivationStore, capture_model, store_key
+from reducer.activations import REFERENCE_RUNNER, ActivationStore, store_key, write_capture_model
 from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
 from reducer.errors import BadModelError
@@ -56,7 +56,7 @@ def prepare(
     scratch = out_dir / "work" / "reference"
     inputs = ActivationStore.write(scratch / "inputs", key, feeds.items())
     capture_path = scratch / "capture.onnx"
-    onnx.save(capture_model(model), str(capture_path))  # may keep external references: resolved below
+    write_capture_model(model, capture_path)  # may keep external references: resolved below
     has_external = model.weights_in_files
     borrowed = worker is not None  # the oracle's warm worker: one process start less
     worker = worker or Worker(REFERENCE_RUNNER)

@@ -222,6 +222,58 @@ def test_types_inferred_without_large_weights_values_are_those_inferred_with_the
     assert model.value_types == with_values and len(with_values) > 100
 
 
+def test_a_large_file_is_checked_and_typed_in_a_process_of_its_own(tmp_path, monkeypatch):
+    """Over INSPECTED_APART_BYTES, onnx's checker and shape inference run in a process of their own (their C++
+    copies of the whole model set the driver's peak): the types are those worked out in the driver, for a file
+    in order and one whose nodes must be sorted first; the checker's rejection is still one line; a crash of
+    theirs is a bad model, not the driver's end."""
+    import reducer.model as model_module
+    from reducer.errors import BadModelError
+
+    silero = ROOT / "corpus" / "models" / "silero_vad_16k_op15.onnx"
+    proto = onnx.load(str(silero))
+    reversed_nodes = list(proto.graph.node)[::-1]
+    del proto.graph.node[:]
+    proto.graph.node.extend(reversed_nodes)
+    unsorted = tmp_path / "unsorted.onnx"
+    onnx.save(proto, str(unsorted))
+    inside, unsorted_inside = load_model(silero).value_types, load_model(unsorted).value_types
+
+    spawned = []
+    run = model_module.subprocess.run
+    monkeypatch.setattr(model_module.subprocess, "run", lambda *a, **k: spawned.append(a) or run(*a, **k))
+    monkeypatch.setattr(model_module, "INSPECTED_APART_BYTES", 0)
+    assert load_model(silero).value_types == inside and len(inside) > 100
+    assert load_model(unsorted).value_types == unsorted_inside
+    assert len(spawned) == 2
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    rejected = tmp_path / "relu_of_two.onnx"  # the checker's schema check: Relu takes one input
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x", "x"], ["y"])], "g", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(rejected))
+    with pytest.raises(BadModelError, match="the ONNX checker rejects it") as info:
+        load_model(rejected)
+    assert "\n" not in str(info.value) and len(spawned) == 3
+
+    monkeypatch.setattr(model_module, "_INSPECT_REQUEST", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    with pytest.raises(BadModelError, match=r"shape inference crashed on it \(SIGSEGV\)"):
+        load_model(silero)
+
+
+def test_the_reference_runs_model_written_in_pieces_is_the_message_capture_model_makes(tmp_path):
+    """The reference run's model is written from the nodes' and weights' fields as they are (the whole model as
+    one message, then serialized, set the driver's peak): byte for byte what capture_model's message holds."""
+    from reducer.activations import write_capture_model
+
+    for name in ("silero_vad_16k_op15.onnx", "ch_PP-OCRv4_rec_infer.onnx"):
+        model = load_model(ROOT / "corpus" / "models" / name)
+        write_capture_model(model, tmp_path / "capture.onnx")
+        written, made = onnx.load(str(tmp_path / "capture.onnx")), capture_model(model)
+        assert written.SerializeToString() == made.SerializeToString()
+        assert len(written.graph.output) > len(model.graph_outputs) + 100
+
+
 def test_only_candidates_made_of_the_originals_nodes_skip_onnx_checker(tmp_path, monkeypatch):
     """onnx's checker is spared where a candidate is the original's nodes and weights as they are (valid by
     construction: the original passed it at load); a candidate with an edit, a probe's added outputs and every
