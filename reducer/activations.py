@@ -6,7 +6,8 @@ import hashlib
 import io
 import json
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ REFERENCE_RUNNER = "onnxruntime:cpu:fp32:O0"  # fp32, graph optimizations off: t
 MAPPED_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # 100k of them at 100k nodes: no dict each
 class TensorRecord:
     file: str
     dtype: str
@@ -67,8 +68,11 @@ class ActivationStore:
             return None
         if index.get("key") != key:
             return None
+        shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # the same shape, dtype held once
         records = {
-            name: TensorRecord(**{**rec, "shape": tuple(rec["shape"])}) for name, rec in index["tensors"].items()
+            name: TensorRecord(**{**rec, "dtype": sys.intern(rec["dtype"]),
+                                  "shape": shapes.setdefault(tuple(rec["shape"]), tuple(rec["shape"]))})
+            for name, rec in index["tensors"].items()
         }
         try:  # one listing, not a look-up per tensor (100k of them at 100k nodes)
             present = {entry.name for entry in os.scandir(root) if entry.is_file()}
@@ -88,7 +92,7 @@ class ActivationStore:
             file = f"{number:06d}.npy"
             _save(root / file, array)
             records[name] = _describe(file, array)
-        index = {"key": key, "tensors": {n: {**r.__dict__, "shape": list(r.shape)} for n, r in records.items()}}
+        index = {"key": key, "tensors": {n: {**asdict(r), "shape": list(r.shape)} for n, r in records.items()}}
         tmp = root / "index.json.tmp"
         tmp.write_text(json.dumps(index))
         os.replace(tmp, root / "index.json")

@@ -271,18 +271,24 @@ def _save_run_results(stem: Path, outputs: dict[str, np.ndarray], runner_name: s
     save_json(results, str(stem.with_suffix(".json")))  # RunResults.save would log to the console
 
 
-def _store_index(out_dir: Path) -> dict:
+def _store_index(out_dir: Path, model: onnx.ModelProto) -> dict:
+    """The activation store's records of the tensors `model` names (the store's whole index, 100k records at 100k
+    nodes, is dropped as soon as it is read)."""
     try:
-        return json.loads((out_dir / "activations" / "index.json").read_text())["tensors"]
+        tensors = json.loads((out_dir / "activations" / "index.json").read_text())["tensors"]
     except (OSError, ValueError, KeyError):
         return {}
+    graph = model.graph
+    named = {*(n for node in graph.node for n in (*node.input, *node.output)), *(i.name for i in graph.input),
+             *(o.name for o in graph.output)}
+    return {name: tensors[name] for name in named if name in tensors}
 
 
 def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scratch: Path,
                        stale: bool = False) -> dict[str, np.ndarray]:
     """The values the oracle judged against: the reference run's, from the activation store; a reference
     run of the minimal model when the store is gone, or `stale` (edits changed what the nodes compute)."""
-    index = _store_index(out_dir)
+    index = _store_index(out_dir, model)
     names = [o.name for o in model.graph.output]
     if not stale and all(name in index for name in names):
         return {name: np.load(out_dir / "activations" / index[name]["file"], allow_pickle=False) for name in names}
@@ -419,7 +425,7 @@ def _tensor_shapes(out_dir: Path, model: onnx.ModelProto, feeds: dict, reference
             shapes[info.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
     except Exception:  # shapes are a courtesy in the report
         pass
-    shapes.update({name: list(rec["shape"]) for name, rec in _store_index(out_dir).items()})
+    shapes.update({name: list(rec["shape"]) for name, rec in _store_index(out_dir, model).items()})
     shapes.update({name: list(np.shape(v)) for name, v in {**feeds, **reference}.items()})
     for tensor in model.graph.initializer:
         shapes[tensor.name] = list(tensor.dims)
