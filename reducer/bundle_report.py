@@ -88,18 +88,20 @@ def _check_text(options: dict) -> str:
 def _path_text(origin: dict | None) -> list[str]:
     if not origin:
         return []
-    def chain(nodes: list[dict]) -> str:
+    def chain(nodes: list[dict], length: int | None) -> str:
         shown = [f"`{n['name'] or '#' + str(n['index'])}` ({n['op_type']})" for n in nodes]
-        return " → ".join(shown if len(shown) <= 8 else [*shown[:3], "…", *shown[-4:]])
+        text = " → ".join(shown if len(shown) <= 8 else [*shown[:3], "…", *shown[-4:]])
+        count = length or len(nodes)  # a report's chain keeps its ends only (session.origin)
+        return text + (f" ({count} nodes)" if count > 8 else "")
 
     lines = ["", "**Where it sits in the original model** (node names and op types, topological index in brackets):"]
-    kept = origin.get("kept", [])
+    kept, lengths = origin.get("kept", []), origin.get("path_lengths", {})
     lines.append("- kept: " + ", ".join(f"`{n['name']}` ({n['op_type']}) [{n['index']}]" for n in kept[:20])
                  + (f" and {len(kept) - 20} more" if len(kept) > 20 else ""))
     if origin.get("path_from_input"):
-        lines.append("- from the model's inputs: " + chain(origin["path_from_input"]))
+        lines.append("- from the model's inputs: " + chain(origin["path_from_input"], lengths.get("path_from_input")))
     if origin.get("path_to_output"):
-        lines.append("- on to its outputs: " + chain(origin["path_to_output"]))
+        lines.append("- on to its outputs: " + chain(origin["path_to_output"], lengths.get("path_to_output")))
     return lines
 
 

@@ -356,3 +356,32 @@ def test_an_error_is_bundled_even_where_the_reference_run_of_its_repro_fails(tmp
     assert "Reference outputs: none" in md and str(tmp_path) not in md + json.dumps(report)
     verified = cli("bundle", "verify", str(out / "bundle.zip"), "--trust-bundle-command", cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_the_reports_chain_to_a_node_deep_in_a_long_graph_keeps_its_ends_and_its_length(tmp_path):
+    """report.json's origin: the shortest chain from an input to the repro and on to an output, its ends only
+    where it is long (a 100k-node chain's 66k made report.json 9 MB), with its length; report.md says it."""
+    from onnx import TensorProto, helper
+
+    from reducer.bundle_report import _path_text
+    from reducer.model import load_model
+    from reducer.session import ORIGIN_PATH_ENDS, origin
+
+    # a 50-node chain with a shortcut: node 30 also reads node 2's output
+    nodes = [helper.make_node("Relu", ["x"], ["t0"], name="n0")]
+    for i in range(1, 50):
+        reads = [f"t{i - 1}", "t2"] if i == 30 else [f"t{i - 1}"]
+        nodes.append(helper.make_node("Sum" if len(reads) > 1 else "Relu", reads, [f"t{i}"], name=f"n{i}"))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("t49", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    model = load_model(tmp_path / "m.onnx")
+    found = origin(model, [30, 31])
+    assert found["path_lengths"] == {"path_from_input": 4, "path_to_output": 19}  # n0 n1 n2 n30; n31 .. n49
+    assert [n["name"] for n in found["path_from_input"]] == ["n0", "n1", "n2", "n30"]
+    to_output = [n["name"] for n in found["path_to_output"]]
+    assert len(to_output) == 2 * ORIGIN_PATH_ENDS and to_output[0] == "n31" and to_output[-1] == "n49"
+    assert to_output[ORIGIN_PATH_ENDS - 1] == f"n{31 + ORIGIN_PATH_ENDS - 1}"
+    assert to_output[ORIGIN_PATH_ENDS] == f"n{49 - ORIGIN_PATH_ENDS + 1}"
+    text = "\n".join(_path_text(found))
+    assert "(19 nodes)" in text and "`n0` (Relu) → `n1` (Relu) → `n2` (Relu) → `n30` (Sum)" in text
