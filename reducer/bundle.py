@@ -23,6 +23,7 @@ import onnx
 
 from oracles.base import CheckJob, Signature, Verdict
 from reducer import bundle_files, environment
+from reducer.activations import ActivationStore
 from reducer.candidate import TWO_GIB_MARGIN, save_model
 from reducer.driver import MINIMAL
 from reducer.errors import BadModelError, ReducerError, UsageError
@@ -99,11 +100,12 @@ class Scrubber:
 
 # -- writing -------------------------------------------------------------------------------------------
 def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | None = None,
-                ship: list[str] = (), exclude: list[str] = ()) -> BundleResult:
+                ship: list[str] = (), exclude: list[str] = (), store: ActivationStore | None = None) -> BundleResult:
     """Build OUT/bundle/ and OUT/bundle.zip from an output directory. `observed`: the reduction's final
     re-check of minimal.onnx (verdict, target outputs), shown as it is; else the target runs once more,
     with `oracle`, the reduction's own and warm, or one built from report.json's oracle options.
-    `ship`/`exclude`: files to ship with a check command, or not, besides report.json's bundle_options."""
+    `ship`/`exclude`: files to ship with a check command, or not, besides report.json's bundle_options.
+    `store`: the reduction's activation store, OUT/activations, open (else its index is read)."""
     started = time.perf_counter()
     out_dir = Path(out_dir).absolute()  # the check runs in a folder of its own: {model} must not be relative
     report = _read_json(out_dir / "report.json", f"{out_dir}: no report.json (not an onnx-reduce output directory)")
@@ -149,8 +151,10 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     try:
         _save_polygraphy_json(staging / "inputs.json", [feeds])
         reference_note = None
+        index = _store_index(out_dir, model, store)
         try:
-            reference = _reference_outputs(out_dir, model, feeds, staging / "work", stale=bool(report.get("edits")))
+            reference = _reference_outputs(out_dir, index, model, feeds, staging / "work",
+                                           stale=bool(report.get("edits")))
         except BadBundleError as exc:
             if recorded is None or recorded.is_numeric:
                 raise  # a numeric repro without the values it is judged against is no repro
@@ -187,7 +191,7 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
 
         history = _read_history(out_dir / "history.jsonl")
         (staging / "history.jsonl").write_text("".join(json.dumps(step) + "\n" for step in history))
-        shapes = _tensor_shapes(out_dir, model, feeds, reference)
+        shapes = _tensor_shapes(index, model, feeds, reference)
         from reducer.pictures import draw_graph, draw_reduction
 
         failing = list(verdict.signature.outputs) if verdict.signature else list((recorded or Signature("")).outputs)
@@ -271,27 +275,30 @@ def _save_run_results(stem: Path, outputs: dict[str, np.ndarray], runner_name: s
     save_json(results, str(stem.with_suffix(".json")))  # RunResults.save would log to the console
 
 
-def _store_index(out_dir: Path, model: onnx.ModelProto) -> dict:
-    """The activation store's records of the tensors `model` names (the store's whole index, 100k records at 100k
-    nodes, is dropped as soon as it is read)."""
+def _store_index(out_dir: Path, model: onnx.ModelProto, store: ActivationStore | None) -> dict:
+    """The activation store's files and shapes of the tensors `model` names: from `store`, else from its
+    index on disk (100k records at 100k nodes: 60 MB parsed, dropped at once)."""
+    graph = model.graph
+    named = {*(n for node in graph.node for n in (*node.input, *node.output)), *(i.name for i in graph.input),
+             *(o.name for o in graph.output)}
+    if store is not None:  # where the reduction inlined control flow, a store of its own (its names too)
+        return {name: {"path": store.path(name), "shape": list(store.records[name].shape)}
+                for name in named if name in store}
     try:
         tensors = json.loads((out_dir / "activations" / "index.json").read_text())["tensors"]
     except (OSError, ValueError, KeyError):
         return {}
-    graph = model.graph
-    named = {*(n for node in graph.node for n in (*node.input, *node.output)), *(i.name for i in graph.input),
-             *(o.name for o in graph.output)}
-    return {name: tensors[name] for name in named if name in tensors}
+    return {name: {"path": out_dir / "activations" / tensors[name]["file"], "shape": tensors[name]["shape"]}
+            for name in named if name in tensors}
 
 
-def _reference_outputs(out_dir: Path, model: onnx.ModelProto, feeds: dict, scratch: Path,
+def _reference_outputs(out_dir: Path, index: dict, model: onnx.ModelProto, feeds: dict, scratch: Path,
                        stale: bool = False) -> dict[str, np.ndarray]:
     """The values the oracle judged against: the reference run's, from the activation store; a reference
     run of the minimal model when the store is gone, or `stale` (edits changed what the nodes compute)."""
-    index = _store_index(out_dir, model)
     names = [o.name for o in model.graph.output]
     if not stale and all(name in index for name in names):
-        return {name: np.load(out_dir / "activations" / index[name]["file"], allow_pickle=False) for name in names}
+        return {name: np.load(index[name]["path"], allow_pickle=False) for name in names}
     from oracles.worker import Worker
     from reducer.activations import REFERENCE_RUNNER
     from reducer.options import DEFAULT_CHECK_TIMEOUT
@@ -415,7 +422,7 @@ def _finish_repro(started: tuple[subprocess.Popen, float], staging: Path, scrub:
             "seconds": round(time.perf_counter() - start, 3)}
 
 
-def _tensor_shapes(out_dir: Path, model: onnx.ModelProto, feeds: dict, reference: dict) -> dict[str, list]:
+def _tensor_shapes(index: dict, model: onnx.ModelProto, feeds: dict, reference: dict) -> dict[str, list]:
     """Every tensor's shape: the values themselves where we have them, else shape inference."""
     shapes: dict[str, list] = {}
     try:
@@ -425,7 +432,7 @@ def _tensor_shapes(out_dir: Path, model: onnx.ModelProto, feeds: dict, reference
             shapes[info.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
     except Exception:  # shapes are a courtesy in the report
         pass
-    shapes.update({name: list(rec["shape"]) for name, rec in _store_index(out_dir, model).items()})
+    shapes.update({name: list(rec["shape"]) for name, rec in index.items()})
     shapes.update({name: list(np.shape(v)) for name, v in {**feeds, **reference}.items()})
     for tensor in model.graph.initializer:
         shapes[tensor.name] = list(tensor.dims)

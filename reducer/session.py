@@ -372,7 +372,7 @@ def reduce_model(
             if report["status"] in bundled and "minimal" in report:
                 # after Ctrl-C a worker may still owe the interrupted check's answer: a fresh oracle then
                 warm = reduction.oracle if report["status"] != "interrupted" else None
-                report["bundle"] = _bundle(out_dir, warm, progress, reduction.final_observation)
+                report["bundle"] = _bundle(out_dir, warm, progress, reduction.final_observation, reduction.store)
                 write_report(out_dir, report)
                 if report["bundle"].get("error") == "interrupted":  # a Ctrl-C is said by the exit code, always:
                     code = errors.EXIT_INTERRUPTED  # a script must not take the run for whole, bundle and all
@@ -381,13 +381,14 @@ def reduce_model(
     return report, code
 
 
-def _bundle(out_dir: Path, oracle: Oracle | None, progress: Progress, observed=None) -> dict:
-    """The bug-report bundle, with the reduction's warm oracle. A bundle that cannot be written is said,
+def _bundle(out_dir: Path, oracle: Oracle | None, progress: Progress, observed=None,
+            store: ActivationStore | None = None) -> dict:
+    """The bug-report bundle, with the reduction's warm oracle and store. A bundle that cannot be written is said,
     not fatal: the reduction's own results are already on disk."""
     from reducer.bundle import make_bundle
 
     try:
-        result = make_bundle(out_dir, oracle, observed)
+        result = make_bundle(out_dir, oracle, observed, store=store)
     except KeyboardInterrupt:
         progress.message("interrupted while writing the bundle: none written")
         return {"error": "interrupted"}
