@@ -105,7 +105,7 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     re-check of minimal.onnx (verdict, target outputs), shown as it is; else the target runs once more,
     with `oracle`, the reduction's own and warm, or one built from report.json's oracle options.
     `ship`/`exclude`: files to ship with a check command, or not, besides report.json's bundle_options.
-    `store`: the reduction's activation store, OUT/activations, open (else its index is read)."""
+    `store`: the reduction's activation store, open (else OUT/activations' index is read)."""
     started = time.perf_counter()
     out_dir = Path(out_dir).absolute()  # the check runs in a folder of its own: {model} must not be relative
     report = _read_json(out_dir / "report.json", f"{out_dir}: no report.json (not an onnx-reduce output directory)")

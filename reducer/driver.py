@@ -797,8 +797,8 @@ class Reduction:
         transformer, written before the search, set the driver's peak)."""
         path = self.out_dir / MINIMAL
         built = materialize(self.model, self.best, self.store)
-        # the original's nodes and weights as they are passed the checker at load: its C++ copy of the whole model,
-        # written before the search, set the driver's peak at 100k nodes
+        # those passed the checker at load: its C++ copy of the whole model, written before the search, had set the
+        # driver's peak at 100k nodes
         save_model(self._as_saved(built), path, external_data=self.model.external_data,
                    checked=not built.as_original)
         return path

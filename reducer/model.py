@@ -705,7 +705,7 @@ def _inspected(proto: onnx.ModelProto, path: Path) -> dict[str, bytes]:
 
 def _inspected_apart(path: Path, order: list[int]) -> dict[str, bytes]:
     """_inspected in a process of its own, which reads the model from its file again: onnx's checker and shape
-    inference copy the whole model in C++ (at 100k nodes, 220 MB more than the loaded model: the driver's peak),
+    inference copy the whole model in C++ (at 100k nodes, 240 MB more than the loaded model: the driver's peak),
     and a crash of theirs on a hostile file ends that process, not the reduction."""
     request = pickle.dumps((str(path), None if order == list(range(len(order))) else order))
     root = str(Path(__file__).resolve().parents[1])
