@@ -69,11 +69,11 @@ class ActivationStore:
         if index.get("key") != key:
             return None
         shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # the same shape, dtype held once
-        records = {
-            name: TensorRecord(**{**rec, "dtype": sys.intern(rec["dtype"]),
-                                  "shape": shapes.setdefault(tuple(rec["shape"]), tuple(rec["shape"]))})
-            for name, rec in index["tensors"].items()
-        }
+        records = {}
+        for name, rec in index["tensors"].items():
+            shape = tuple(rec["shape"])
+            records[name] = TensorRecord(**{**rec, "dtype": sys.intern(rec["dtype"]),
+                                            "shape": shapes.setdefault(shape, shape)})
         try:  # one listing, not a look-up per tensor (100k of them at 100k nodes)
             present = {entry.name for entry in os.scandir(root) if entry.is_file()}
         except OSError:

@@ -24,7 +24,6 @@ from reducer.candidate import (
     CANDIDATE_FORM,
     Candidate,
     Materialized,
-    ModelBytes,
     body_cuts_weight,
     materialize,
     save_model,
@@ -32,7 +31,7 @@ from reducer.candidate import (
     stays_constant,
 )
 from reducer.counterfactual import CounterfactualRun, Proof
-from reducer.model import Model, subgraphs
+from reducer.model import Model, ModelBytes, subgraphs
 from strategies.base import Exact, OverflowRefuted, Probe, SearchContext, Settled
 
 MINIMAL = "minimal.onnx"

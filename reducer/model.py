@@ -620,10 +620,11 @@ def load_model(path: str | os.PathLike) -> Model:
     node_writes = [tuple(n for n in graph.node[i].output if n) for i in order]
     producer = {name: position for position, writes in enumerate(node_writes) for name in writes}
 
-    if order != list(range(len(order))):  # keep the proto consistent with our order
-        nodes = _put_in_order(graph, order)
+    sorted_order = None if order == list(range(len(order))) else order  # None: the file's order
+    if sorted_order is not None:  # keep the proto consistent with our order
+        nodes = _put_in_order(graph, sorted_order)
     if path.stat().st_size > INSPECTED_APART_BYTES:
-        value_types = _inspected_apart(path, order)
+        value_types = _inspected_apart(path, sorted_order)
     else:
         value_types = _inspected(proto, path)
 
@@ -703,11 +704,12 @@ def _inspected(proto: onnx.ModelProto, path: Path) -> dict[str, bytes]:
     return _infer_types(proto, _shape_stand_ins(proto.graph.initializer))
 
 
-def _inspected_apart(path: Path, order: list[int]) -> dict[str, bytes]:
+def _inspected_apart(path: Path, order: list[int] | None) -> dict[str, bytes]:
     """_inspected in a process of its own, which reads the model from its file again: onnx's checker and shape
     inference copy the whole model in C++ (at 100k nodes, 240 MB more than the loaded model: the driver's peak),
-    and a crash of theirs on a hostile file ends that process, not the reduction."""
-    request = pickle.dumps((str(path), None if order == list(range(len(order))) else order))
+    and a crash of theirs on a hostile file ends that process, not the reduction. `order`: the nodes' sorted
+    order, None where the file's is topological already."""
+    request = pickle.dumps((str(path), order))
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
     done = subprocess.run([sys.executable, "-c", _INSPECT_REQUEST], input=request, capture_output=True, env=env)
