@@ -329,6 +329,7 @@ def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.Mo
     del bare.graph.output[:]
     exact = _exact_nodes(bare.graph, exact_outputs(model))
     blocked = _casts_to_float(bare.graph) + exact
+    _split_shared_weights(bare.graph, set(blocked))
     from onnx import external_data_helper
 
     from reducer.model import all_tensors
@@ -344,12 +345,20 @@ def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.Mo
         converted = float16.convert_float_to_float16(bare, keep_io_types=True, node_block_list=blocked)
     _skip_round_trips(converted.graph, set(exact))
     producers = {name: node for node in converted.graph.node for name in node.output}
+    exact_writes = {name for node in converted.graph.node if node.name in exact for name in node.output}
     for info in model.graph.output:
         node = producers.get(info.name)
         if node is not None and info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+            # an exact node's output went through the converter's Cast to fp16 (for fp16 readers, or seeing none):
+            # its readers keep that, the output is the exact value itself
+            exact_source = node.input[0] if (_cast_target(node) == onnx.TensorProto.FLOAT16
+                                             and node.input[0] in exact_writes) else None
             inner = f"{node.name}_cast_to_{info.name}"  # the converter's own names
             node.output[list(node.output).index(info.name)] = inner
-            converted.graph.node.append(onnx.helper.make_node("Cast", [inner], [info.name], inner,
+            if exact_source is not None:
+                for reader in converted.graph.node:
+                    reader.input[:] = [inner if name == info.name else name for name in reader.input]
+            converted.graph.node.append(onnx.helper.make_node("Cast", [exact_source or inner], [info.name], inner,
                                                               to=onnx.TensorProto.FLOAT))
         converted.graph.output.append(info)
     return converted
@@ -360,9 +369,7 @@ def _skip_round_trips(graph: onnx.GraphProto, exact: set[str]) -> None:
     fp16: an exact node's 1.9e5 would reach its exact readers as Inf. They read the fp32 value itself."""
     import onnx
 
-    def cast_to(node: onnx.NodeProto) -> int | None:
-        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
-
+    cast_to = _cast_target
     exact_writes = {name for node in graph.node if node.name in exact for name in node.output}
     narrowed = {node.output[0]: node.input[0] for node in graph.node
                 if cast_to(node) == onnx.TensorProto.FLOAT16 and node.input[0] in exact_writes}
@@ -372,6 +379,34 @@ def _skip_round_trips(graph: onnx.GraphProto, exact: set[str]) -> None:
         for position, name in enumerate(node.input):
             if name in widened:
                 node.input[position] = widened[name]
+
+
+def _split_shared_weights(graph: onnx.GraphProto, blocked: set[str]) -> None:
+    """A float weight that nodes kept in fp32 (`blocked`) and converted nodes both read gets a copy for the kept
+    ones: onnxconverter-common keeps such a weight fp32 for all its readers, and ONNX Runtime then rejects the
+    converted readers' mixed types (a model with a shared scale, one of its readers computed exactly)."""
+    import onnx
+
+    kept_reads = {name for node in graph.node if node.name in blocked for name in node.input}
+    converted_reads = {name for node in graph.node if node.name not in blocked for name in node.input}
+    copies = {}
+    for tensor in graph.initializer:
+        if tensor.name in kept_reads and tensor.name in converted_reads and tensor.data_type == onnx.TensorProto.FLOAT:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(tensor)
+            copy.name = f"{tensor.name}__kept_fp32"
+            copies[tensor.name] = copy
+    if not copies:
+        return
+    graph.initializer.extend(copies.values())
+    for node in graph.node:
+        if node.name in blocked:
+            node.input[:] = [copies[name].name if name in copies else name for name in node.input]
+
+
+def _cast_target(node: onnx.NodeProto) -> int | None:
+    """The type a Cast casts to (None for any other node)."""
+    return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
 
 
 def _casts_to_float(graph: onnx.GraphProto) -> list[str]:

@@ -640,3 +640,63 @@ def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(
         assert winner == 0 and reduction.counters.checks > before
     finally:
         reduction.close()
+
+
+def test_fp16_an_exact_node_writing_an_output_writes_it_exactly(tmp_path):
+    """Under fp16 (onnxconverter-common), a node computed exactly whose output is the model's gives the model its
+    fp32 value: the converter casts a blocked node's output to fp16 for its readers (or for none, not seeing the
+    graph's outputs), which rounded the output of a repro's last node, computed exactly, by up to 3e-3 here.
+    A reader that is not exact still reads the rounded value."""
+    import json
+
+    import onnxruntime as ort
+
+    from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, OnnxRuntimeRunner
+
+    weight = np.array([1.0001, 3.14159, 2.71828, 1e-3], dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["m"], name="mul"), helper.make_node("Add", ["m", "w"], ["y"], name="add"),
+         helper.make_node("Mul", ["y", "v"], ["z"], name="after")], "exact_outputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("y", "z")],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(weight, "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(["m", "y"]))
+    x = np.array([1.2345678, 2.3456789, 3.4567891, 4.5678912], dtype=np.float32)
+    executed = OnnxRuntimeRunner("onnxruntime:cpu:fp16").executed_model(model)
+    onnx.checker.check_model(executed, full_check=True)
+    y, z = ort.InferenceSession(executed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        ["y", "z"], {"x": x})
+    exact = x * weight + weight
+    assert np.array_equal(y, exact), y - exact
+    rounded = exact.astype(np.float16).astype(np.float32) * weight.astype(np.float16).astype(np.float32)
+    assert np.allclose(z, rounded, rtol=2e-3) and not np.array_equal(z, exact * weight), z
+
+
+def test_fp16_a_weight_read_by_exact_and_converted_nodes(tmp_path):
+    """A weight read both by a node computed exactly and by converted ones (a shared scale): the converter kept
+    it fp32 for all of them and ONNX Runtime refused the model ("bound to different types"). The exact node reads
+    it exactly, the others in fp16."""
+    import json
+
+    import onnxruntime as ort
+
+    from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, OnnxRuntimeRunner
+
+    weight = np.array([1.0001, 3.14159, 2.71828, 1e-3], dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["m"], name="mul"),
+         helper.make_node("Add", ["m", "w"], ["y"], name="add")],
+        "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([1.2345678, 2.3456789, 3.4567891, 4.5678912], dtype=np.float32)
+    half = [a.astype(np.float16) for a in (x, weight)]
+    for exact, expected in ((["m"], (x * weight).astype(np.float16) + half[1]),
+                            (["y"], half[0] * half[1] + weight)):
+        del model.metadata_props[:]
+        model.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(exact))
+        executed = OnnxRuntimeRunner("onnxruntime:cpu:fp16").executed_model(model)
+        y = ort.InferenceSession(executed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            ["y"], {"x": x})[0]
+        assert np.allclose(y, expected.astype(np.float32), rtol=1e-3, atol=0), (exact, y, expected)
