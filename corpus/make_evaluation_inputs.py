@@ -301,6 +301,9 @@ def build(chained=True):
         # openwakeword 0.4.0 melspectrogram: 1760 samples (1280 + 3*160 of context), int16 scale, as the
         # package feeds it
         "eval_oww_melspec_int16.npz": {"input": utterance(0.11)[None].astype(np.float32)},
+        # speechmos 0.0.1.1 DNSMOS (sig_bak_ovr): 9.01 s of 16 kHz audio, here at int16 scale (speechmos asks for
+        # floats in [-1, 1]: the undivided-audio mistake)
+        "eval_dnsmos_utterance_int16.npz": {"input_1": utterance(9.01)[None].astype(np.float32)},
         # the same chunk divided by 32768 (not what openwakeword does; control)
         "eval_oww_melspec_normalised.npz": {"input": (utterance(0.11) / 32768.0)[None].astype(np.float32)},
     }

@@ -143,6 +143,14 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append(f"**Shown to be the cause**: the whole original model, with these nodes {how} and nothing "
                      f"else changed, {'stops failing' if not cause.get('still_failing') else 'fails far less'}"
                      f"{counted}.")
+        if cause["method"] == "reference":
+            below = cause.get("downstream_failing_elements")
+            lines.append("Fed from the reference, their values also stand in for any error that reached them from "
+                         "above; what shows the error arising in them is that, fed the reference at their inputs, "
+                         "they " + ("and all below them " if below is not None else "") + "fail as the whole model "
+                         "does" + (f" ({below} failing elements)" if below is not None else "") + ". Whether error "
+                         "from above would make the model fail as well is not tested this way: a runner that keeps "
+                         "nodes in fp32 (`--runner onnxruntime:cpu:fp16`) tests it.")
     else:
         lines.append(f"**Not shown to be the cause**: {cause.get('in_words', '')}. Treat this repro with care.")
     if cause and cause.get("bystanders"):

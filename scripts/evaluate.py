@@ -66,9 +66,12 @@ def capture(entry: dict, work: Path) -> tuple[Path, Path]:
     return tensors, given
 
 
-def cause_of(entry: dict, reduced: onnx.ModelProto, work: Path) -> dict:
-    """The counterfactual of another tool's repro, judged as ours are (the built-in oracle: kept in fp32
-    where the runner can, else fed from the reference): its nodes, by name, in the original model."""
+def cause_of(entry: dict, node_names: list[str], work: Path) -> dict:
+    """The counterfactual of a repro (nodes by name, in the original model), judged as ours are by each method
+    the built-in oracle's runner allows: fed from the reference (what a check command allows, and so what our
+    same-command column is proven by) and, where the runner can keep nodes in fp32, kept in fp32. Feeding the
+    reference also removes the error that flows into the repro from above; keeping it in fp32 does not: a repro
+    can hold by one and not the other (the error is then spread), so each tool's result is shown by both."""
     from reducer.activations import ActivationStore
     from reducer.candidate import Candidate
     from reducer.driver import Reduction
@@ -80,19 +83,25 @@ def cause_of(entry: dict, reduced: onnx.ModelProto, work: Path) -> dict:
     store = ActivationStore.open(store_dir, json.loads((store_dir / "index.json").read_text())["key"])
     options = OracleOptions(runner=entry["runner"], fail_on=entry["fail_on"], atol=entry.get("atol", 1e-5),
                             rtol=entry.get("rtol", 1e-5))
-    reduction = Reduction(model, store, build_oracle(options), work / "cause", [])
-    try:
-        reduction.start()
-        if not reduction.proves_cause:
-            return {"method": "onset"}
-        by_name = {node.name: index for index, node in enumerate(model.nodes)}
-        kept = frozenset(by_name[n.name] for n in reduced.graph.node if n.name in by_name)
-        if not kept:
-            return {}
-        proof = reduction.proof(Candidate(kept))
-        return {"method": proof.method, "holds": proof.holds, **proof.to_json(reduction.original)}
-    finally:
-        reduction.close()
+    by_name = {node.name: index for index, node in enumerate(model.nodes)}
+    kept = frozenset(by_name[name] for name in node_names if name in by_name)
+    if not kept:
+        return {}
+    judged: dict = {}
+    for method in ("reference", "fp32"):
+        reduction = Reduction(model, store, build_oracle(options), work / f"cause-{method}", [])
+        try:
+            if method == "fp32" and reduction.cause_method != "fp32":
+                break  # the runner cannot keep nodes in fp32
+            reduction.cause_method = method
+            reduction.start()
+            if not reduction.proves_cause:
+                return {"method": "onset"}
+            proof = reduction.proof(Candidate(kept))
+            judged[method] = {"method": proof.method, "holds": proof.holds, **proof.to_json(reduction.original)}
+        finally:
+            reduction.close()
+    return {**judged["reference"], "by_method": judged}
 
 
 def oracle_flags(entry: dict) -> list[str]:
@@ -118,7 +127,7 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
                    and captured[i.name].size]
         result["fed_max"] = max(fed, default=0.0)
         try:
-            result["cause"] = cause_of(entry, reduced, work)
+            result["cause"] = cause_of(entry, [node.name for node in reduced.graph.node], work)
         except Exception as exc:  # an appraisal only: say why it could not be made
             result["cause"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     else:
@@ -126,7 +135,7 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
     return result
 
 
-def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float) -> dict:
+def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appraise: bool = False) -> dict:
     out = Path(tempfile.mkdtemp(dir=work)) / "out"
     argv = [sys.executable, "-m", "reducer", "reduce", str(CORPUS / entry["model"]), "--inputs",
             str(CORPUS / entry["inputs"]), "-o", str(out), *flags]
@@ -136,6 +145,12 @@ def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float) -> di
         result["error"] = output.strip().splitlines()[-1][:300] if output.strip() else f"exit {code}"
         return result
     report = json.loads((out / "report.json").read_text())
+    if appraise and (out / "minimal.onnx").exists():  # our repro by both methods too, as Polygraphy's is
+        try:
+            result["appraisal"] = cause_of(entry, [n.name for n in onnx.load(str(out / "minimal.onnx")).graph.node],
+                                           work)
+        except Exception as exc:  # an appraisal only: say why it could not be made
+            result["appraisal"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     cause = report.get("cause") or {}
     result.update(nodes=report.get("nodes_after"), checks=report.get("checks"), status=report.get("status"),
                   one_minimal=report.get("one_minimal"), cause_method=cause.get("method"),
@@ -155,7 +170,8 @@ def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
         row = {"name": entry["name"], "nodes_before": entry["node_count"], "runner": entry["runner"],
                "fail_on": entry["fail_on"], "package": entry["fetch"]["package"]}
         row["polygraphy"] = run_polygraphy(entry, command, given, tensors, work, timeout)
-        row["command"] = run_reducer(entry, ["--fail-code", "1", "--check", *command], work, timeout)
+        row["command"] = run_reducer(entry, ["--fail-code", "1", "--check", *command], work, timeout,
+                                     appraise=True)
         if builtin:
             row["builtin"] = run_reducer(entry, oracle_flags(entry), work, timeout)
         return row
@@ -175,10 +191,9 @@ def cell(run: dict | None) -> str:
 
 def cause_cell(run: dict | None) -> str:
     if run and isinstance(run.get("cause"), dict):  # Polygraphy's, judged by the built-in proof
-        cause = run["cause"]
-        run = {"cause_method": cause.get("method"), "cause_holds": cause.get("holds"),
-               "elements_before": cause.get("failing_elements_before"),
-               "elements_after": cause.get("failing_elements_after")}
+        if run["cause"].get("by_method"):
+            return judged_cell(run["cause"])
+        run = _as_run(run["cause"])
     if not run or run.get("cause_method") is None:
         return "-"
     if run["cause_method"] == "onset":
@@ -188,7 +203,27 @@ def cause_cell(run: dict | None) -> str:
     counted = (f", {run['elements_after']} of {run['elements_before']} left"
                if run.get("elements_before") is not None and run.get("elements_after") is not None else
                ", nothing removed" if run.get("elements_before") is not None else "")
-    return f"yes ({run['cause_method']}{counted})" + (", spread" if run.get("spread") else "")
+    shown = f"yes ({run['cause_method']}{counted})" + (", spread" if run.get("spread") else "")
+    fp32 = ((run.get("appraisal") or {}).get("by_method") or {}).get("fp32")
+    return shown + (f"; kept in fp32: {_judged(fp32)}" if fp32 else "")
+
+
+def _as_run(cause: dict) -> dict:
+    return {"cause_method": cause.get("method"), "cause_holds": cause.get("holds"),
+            "elements_before": cause.get("failing_elements_before"),
+            "elements_after": cause.get("failing_elements_after")}
+
+
+def _judged(cause: dict) -> str:
+    left = (f" ({cause['failing_elements_after']} of {cause['failing_elements_before']} left)"
+            if cause.get("failing_elements_after") is not None and cause.get("failing_elements_before") else "")
+    return ("yes" if cause.get("holds") else "NOT shown") + left
+
+
+def judged_cell(cause: dict) -> str:
+    """A repro judged by each method (cause_of): fed the reference, and kept in fp32 where the runner can."""
+    named = {"reference": "fed the reference", "fp32": "kept in fp32"}
+    return "; ".join(f"{named[method]}: {_judged(judged)}" for method, judged in cause["by_method"].items())
 
 
 def _ours_is_not_larger(cmd: dict, pg: dict) -> str:

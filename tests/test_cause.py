@@ -414,6 +414,8 @@ def test_an_overflow_hint_whose_onset_fails_nowhere_is_refuted_and_the_cause_pro
     assert cause["overflow"]["carries"] and cause["overflow"]["refuted"]
     md = (tmp_path / "out" / "bundle" / "report.md").read_text().split("**Reproduce**")[0]
     assert "Shown to be the cause" in md and "Not taken for an overflow" in md and "fp16 overflow, shown" not in md
+    # what `reference` shows, and what it does not: the error from above that its feeding also stands in for
+    assert "stand in for any error that reached them from above" in md and "is not tested this way" in md
     # the whole model, the hint's test, the onset and the region, the onset grown down (all pass), the end search
     # over the 30 nodes, the cause's check, the final re-check: 9
     assert report["checks"] <= 10, report["checks"]
