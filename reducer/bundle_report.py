@@ -131,6 +131,13 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                      "(or into NaN); every input they are fed is within the target's range.")
     elif not cause.get("checked"):
         lines.append("**Cause: not shown.** The search stopped before the proof ran; treat this repro with care.")
+    elif cause.get("holds") and cause.get("writes_every_output"):
+        lines.append("**Cause shown in part**: these nodes write the model's outputs, so the whole model with them "
+                     "fed from the reference passes by construction, which shows nothing. What is shown: fed the "
+                     "reference at their inputs, they fail as the whole model does "
+                     f"({cause.get('downstream_failing_elements')} of the {cause.get('failing_elements_before')} "
+                     "failing elements). Whether error from above would make the model fail as well is not tested "
+                     "this way: a runner that keeps nodes in fp32 (`--runner onnxruntime:cpu:fp16`) tests it.")
     elif cause.get("holds"):
         how = ("kept in fp32" if cause["method"] == "fp32" else "fed from the reference run")
         if cause["method"] == "fp32" and cause.get("exact_constants"):  # fed, Constants are computed as in the model
@@ -139,11 +146,11 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         if readers > 0:
             how += f" (with the {readers} nodes below that read their values beyond the target's range)"
         before, after = cause.get("failing_elements_before"), cause.get("failing_elements_after")
-        counted = f" ({after} of the {before} failing elements left)" if before is not None else ""
+        counted = f" ({after} of the {before} failing elements left)" if None not in (before, after) else ""
         lines.append(f"**Shown to be the cause**: the whole original model, with these nodes {how} and nothing "
                      f"else changed, {'stops failing' if not cause.get('still_failing') else 'fails far less'}"
                      f"{counted}.")
-        if cause["method"] == "reference":
+        if cause["method"] == "reference":  # its limit, in words
             below = cause.get("downstream_failing_elements")
             lines.append("Fed from the reference, their values also stand in for any error that reached them from "
                          "above; what shows the error arising in them is that, fed the reference at their inputs, "

@@ -233,7 +233,16 @@ class Proof:
         if "downstream" in self.verdicts:
             below = self.verdicts["downstream"]
             data["downstream_failing_elements"] = below.elements if below and below.failing else 0
+        if self.writes_every_output:
+            data["writes_every_output"] = True
         return data
+
+    @property
+    def writes_every_output(self) -> bool:
+        """A `reference` proof whose repro writes every output the model computes: fed the reference, the model
+        is the reference itself and passes by construction, so only the `downstream` run (the repro fed exact
+        inputs fails as the whole model does) shows anything; whether it is the whole model's cause is not shown."""
+        return "without" in self.verdicts and self.verdicts["without"] is None
 
 
 def judge_runs(method: str, nodes: frozenset[int], original: Verdict, verdict_of,
@@ -267,6 +276,10 @@ def one_line(proof: Proof, original: Verdict, model: Model) -> str:
     after = proof.to_json(original)
     before = original.elements
     counted = f"{after['failing_elements_after']} of the {before} failing elements left" if before is not None else ""
+    if proof.holds and proof.writes_every_output:
+        return (f"{names}: they write the model's outputs, so fed from the reference the model passes by construction; "
+                f"fed the reference at their inputs, they fail as the whole model does "
+                f"({after.get('downstream_failing_elements')} failing elements)")
     if proof.holds:
         return f"{names}, {how}: the whole model {'passes' if not after['still_failing'] else 'fails far less'}" + (
             f" ({counted})" if counted else "")

@@ -413,9 +413,11 @@ def test_an_overflow_hint_whose_onset_fails_nowhere_is_refuted_and_the_cause_pro
     assert cause["method"] == "reference" and cause["holds"], cause
     assert cause["overflow"]["carries"] and cause["overflow"]["refuted"]
     md = (tmp_path / "out" / "bundle" / "report.md").read_text().split("**Reproduce**")[0]
-    assert "Shown to be the cause" in md and "Not taken for an overflow" in md and "fp16 overflow, shown" not in md
-    # what `reference` shows, and what it does not: the error from above that its feeding also stands in for
-    assert "stand in for any error that reached them from above" in md and "is not tested this way" in md
+    # the chain ends at the output: fed the reference, the model passes by construction, so what is shown is that
+    # the chain, fed exact inputs, fails as the whole model does; whether error from above would too, a command
+    # cannot tell
+    assert "Cause shown in part" in md and "Not taken for an overflow" in md and "fp16 overflow, shown" not in md
+    assert "is not tested this way" in md
     # the whole model, the hint's test, the onset and the region, the onset grown down (all pass), the end search
     # over the 30 nodes, the cause's check, the final re-check: 9
     assert report["checks"] <= 10, report["checks"]
@@ -442,6 +444,8 @@ def test_a_last_node_that_computes_every_output_is_proven_by_its_own_failure_not
     itself (nothing left to run: no longer a model without outputs, whose load error was taken for the
     failure). Its proof then rests on the repro alone failing as the whole model does: the last Add, whose
     fp16 rounding stays within tolerance, is no cause; the BatchNormalization that collapses still is."""
+    from reducer import counterfactual
+    from reducer.bundle_report import _cause_lines
     from reducer.candidate import Candidate
 
     path, names = planted
@@ -452,7 +456,20 @@ def test_a_last_node_that_computes_every_output_is_proven_by_its_own_failure_not
         last = reduction.proof(Candidate(frozenset({index["join"]})))
         assert not last.holds and last.verdicts["without"] is None, last.verdicts
         tail = frozenset({index["cause_bn"], index["squash"], index["join"]})
-        assert reduction.proof(Candidate(tail)).holds
+        proof = reduction.proof(Candidate(tail))
+        assert proof.holds and proof.writes_every_output
+        # and said to be shown only in part: feeding the reference there proves nothing, and a command cannot
+        # keep the tail in fp32 to ask whether the error from above would still make the model fail
+        assert "by construction" in counterfactual.one_line(proof, reduction.original, model)
+        cause = {**proof.to_json(reduction.original), "checked": True}
+        words = " ".join(_cause_lines(cause, None, len(tail)))
+        assert "Cause shown in part" in words and "Shown to be the cause" not in words, words
+        assert "None of the" not in words
+        inner = reduction.proof(Candidate(frozenset({index["cause_bn"]})))
+        assert inner.holds and not inner.writes_every_output
+        words = " ".join(_cause_lines({**inner.to_json(reduction.original), "checked": True}, None, 1))
+        # and what `reference` does not rule out: the error from above that feeding the reference stands in for
+        assert "Shown to be the cause" in words and "stand in for any error that reached them from above" in words
     finally:
         reduction.close()
 
