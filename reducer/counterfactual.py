@@ -135,7 +135,7 @@ def with_constants(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     found, pending = set(nodes), list(nodes)
     while pending:  # by the reads, not networkx's graph: only the few tensors a Constant writes lead anywhere
         for name in model.node_reads[pending.pop()]:
-            for feeder in model.writers.get(name, ()):
+            for feeder in model.writers(name):
                 if feeder in constant and feeder not in found:
                     found.add(feeder)
                     pending.append(feeder)
