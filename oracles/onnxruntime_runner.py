@@ -369,12 +369,11 @@ def _skip_round_trips(graph: onnx.GraphProto, exact: set[str]) -> None:
     fp16: an exact node's 1.9e5 would reach its exact readers as Inf. They read the fp32 value itself."""
     import onnx
 
-    cast_to = _cast_target
     exact_writes = {name for node in graph.node if node.name in exact for name in node.output}
     narrowed = {node.output[0]: node.input[0] for node in graph.node
-                if cast_to(node) == onnx.TensorProto.FLOAT16 and node.input[0] in exact_writes}
+                if _cast_target(node) == onnx.TensorProto.FLOAT16 and node.input[0] in exact_writes}
     widened = {node.output[0]: narrowed[node.input[0]] for node in graph.node
-               if cast_to(node) == onnx.TensorProto.FLOAT and node.input[0] in narrowed}
+               if _cast_target(node) == onnx.TensorProto.FLOAT and node.input[0] in narrowed}
     for node in graph.node:
         for position, name in enumerate(node.input):
             if name in widened:
