@@ -165,13 +165,13 @@ def write_capture_model(model: Model, path: Path) -> None:
     parsed into one, then serialized, set the driver's peak at 100k nodes (150 MB more than the loaded model)."""
     import onnx
 
-    from reducer.model import ModelBytes, SerializedTensors
+    from reducer.model import ModelBytes, SerializedTensors, copy_but
 
     if model.inlined or not isinstance(model.initializers, SerializedTensors):
         onnx.save(capture_model(model), str(path))
         return
-    shell = _copy_but(model.proto, "graph")
-    shell.graph.CopyFrom(_copy_but(model.proto.graph, "node"))
+    shell = copy_but(model.proto, "graph")
+    shell.graph.CopyFrom(copy_but(model.proto.graph, "node"))
     shell.graph.output.extend(_captured_outputs(model, shell.graph))
     fields = [*model.node_fields(range(len(model.nodes))), *model.initializers.fields()]
     with open(path, "wb") as handle:
@@ -190,18 +190,3 @@ def _captured_outputs(model: Model, graph) -> list:
                 present.add(name)
     return outputs
 
-
-def _copy_but(message, field: str):
-    """A copy of `message` without `field` (a model's nodes, say: copied, then cleared, they would be copied)."""
-    copy = type(message)()
-    for descriptor, value in message.ListFields():
-        if descriptor.name == field:
-            continue
-        target = getattr(copy, descriptor.name)
-        if hasattr(target, "extend"):  # a repeated field
-            target.extend(value)
-        elif descriptor.message_type is not None:
-            target.CopyFrom(value)
-        else:
-            setattr(copy, descriptor.name, value)
-    return copy

@@ -858,9 +858,8 @@ def _infer_types(proto: onnx.ModelProto, stand_ins: StandIns | None = None) -> d
     stand_in_inputs: set[str] = set()
     if stand_ins is not None:
         inputs, kept = stand_ins
-        light = onnx.ModelProto()
-        light.CopyFrom(proto)
-        del light.graph.initializer[:]  # all of them are in `stand_ins`
+        light = copy_but(proto, "graph")  # without its weights, all of which are in `stand_ins`: no copy of them
+        light.graph.CopyFrom(copy_but(proto.graph, "initializer"))
         declared = {i.name for i in light.graph.input}  # an old model's inputs list its weights too
         for name, data_type, dims in inputs:
             if name in declared:
@@ -884,6 +883,23 @@ def _infer_types(proto: onnx.ModelProto, stand_ins: StandIns | None = None) -> d
             serialized = info.type.SerializeToString()  # not a reference: it would keep the inferred copy alive
             types[info.name] = shared.setdefault(serialized, serialized)
     return types
+
+
+def copy_but(message, field: str):
+    """A copy of `message` without `field` (a model's nodes or weights, say: copied, then cleared, they would be
+    copied first)."""
+    copy = type(message)()
+    for descriptor, value in message.ListFields():
+        if descriptor.name == field:
+            continue
+        target = getattr(copy, descriptor.name)
+        if hasattr(target, "extend"):  # a repeated field
+            target.extend(value)
+        elif descriptor.message_type is not None:
+            target.CopyFrom(value)
+        else:
+            setattr(copy, descriptor.name, value)
+    return copy
 
 
 def _fingerprint(path: Path, external_files: list[Path]) -> str:
