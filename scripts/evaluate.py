@@ -145,10 +145,11 @@ def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appra
         result["error"] = output.strip().splitlines()[-1][:300] if output.strip() else f"exit {code}"
         return result
     report = json.loads((out / "report.json").read_text())
-    if appraise and (out / "minimal.onnx").exists():  # our repro by both methods too, as Polygraphy's is
+    kept = ([node.name for node in onnx.load(str(out / "minimal.onnx")).graph.node]
+            if (out / "minimal.onnx").exists() else None)
+    if appraise and kept is not None:  # our repro by both methods too, as Polygraphy's is
         try:
-            result["appraisal"] = cause_of(entry, [n.name for n in onnx.load(str(out / "minimal.onnx")).graph.node],
-                                           work)
+            result["appraisal"] = cause_of(entry, kept, work)
         except Exception as exc:  # an appraisal only: say why it could not be made
             result["appraisal"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     cause = report.get("cause") or {}
@@ -159,8 +160,7 @@ def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appra
                   bystanders=len(cause.get("bystanders") or []), overflow=cause.get("overflow"),
                   writes_every_output=cause.get("writes_every_output"),
                   downstream_elements=cause.get("downstream_failing_elements"),
-                  kept=[node.name for node in onnx.load(str(out / "minimal.onnx")).graph.node]
-                  if (out / "minimal.onnx").exists() else None)
+                  kept=kept)
     return result
 
 
@@ -203,8 +203,7 @@ def cause_cell(run: dict | None) -> str:
     if not run.get("cause_holds"):
         return "NOT shown"
     if run.get("writes_every_output"):  # fed the reference, it passes by construction (counterfactual.py)
-        shown = (f"in part (it writes the outputs; fed exact inputs, it fails in {run.get('downstream_elements')} of "
-                 f"{run.get('elements_before')})")
+        shown = _in_part(run.get("downstream_elements"), run.get("elements_before"))
     else:
         counted = (f", {run['elements_after']} of {run['elements_before']} left"
                    if run.get("elements_before") is not None and run.get("elements_after") is not None else
@@ -224,9 +223,13 @@ def _judged(cause: dict) -> str:
     left = (f" ({cause['failing_elements_after']} of {cause['failing_elements_before']} left)"
             if cause.get("failing_elements_after") is not None and cause.get("failing_elements_before") else "")
     if cause.get("holds") and cause.get("writes_every_output"):
-        return ("in part (it writes the outputs; fed exact inputs, it fails in "
-                f"{cause.get('downstream_failing_elements')})")
+        return _in_part(cause.get("downstream_failing_elements"), cause.get("failing_elements_before"))
     return ("yes" if cause.get("holds") else "NOT shown") + left
+
+
+def _in_part(downstream: int | None, before: int | None) -> str:
+    """A proof whose repro writes every output: only its own failure, fed exact inputs, is shown."""
+    return f"in part (it writes the outputs; fed exact inputs, it fails in {downstream} of {before})"
 
 
 def judged_cell(cause: dict) -> str:
