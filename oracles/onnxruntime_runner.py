@@ -357,7 +357,8 @@ def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.Mo
             node.output[list(node.output).index(info.name)] = inner
             if exact_source is not None:
                 for reader in converted.graph.node:
-                    reader.input[:] = [inner if name == info.name else name for name in reader.input]
+                    if info.name in reader.input:
+                        reader.input[:] = [inner if name == info.name else name for name in reader.input]
             converted.graph.node.append(onnx.helper.make_node("Cast", [exact_source or inner], [info.name], inner,
                                                               to=onnx.TensorProto.FLOAT))
         converted.graph.output.append(info)

@@ -105,6 +105,11 @@ def _path_text(origin: dict | None) -> list[str]:
     return lines
 
 
+# what a proof fed from the reference cannot show (reducer/counterfactual.py)
+_FROM_ABOVE = ("Whether error from above would make the model fail as well is not tested this way: a runner that keeps "
+               "nodes in fp32 (`--runner onnxruntime:cpu:fp16`) tests it.")
+
+
 def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None = None,
                  stopped_by: str | None = None) -> list[str]:
     """The proof of cause in words (reducer/counterfactual.py): the first thing a vendor should trust."""
@@ -136,8 +141,7 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                      "fed from the reference passes by construction, which shows nothing. What is shown: fed the "
                      "reference at their inputs, they fail as the whole model does "
                      f"({cause.get('downstream_failing_elements')} of the {cause.get('failing_elements_before')} "
-                     "failing elements). Whether error from above would make the model fail as well is not tested "
-                     "this way: a runner that keeps nodes in fp32 (`--runner onnxruntime:cpu:fp16`) tests it.")
+                     "failing elements). " + _FROM_ABOVE)
     elif cause.get("holds"):
         how = ("kept in fp32" if cause["method"] == "fp32" else "fed from the reference run")
         if cause["method"] == "fp32" and cause.get("exact_constants"):  # fed, Constants are computed as in the model
@@ -155,9 +159,8 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
             lines.append("Fed from the reference, their values also stand in for any error that reached them from "
                          "above; what shows the error arising in them is that, fed the reference at their inputs, "
                          "they " + ("and all below them " if below is not None else "") + "fail as the whole model "
-                         "does" + (f" ({below} failing elements)" if below is not None else "") + ". Whether error "
-                         "from above would make the model fail as well is not tested this way: a runner that keeps "
-                         "nodes in fp32 (`--runner onnxruntime:cpu:fp16`) tests it.")
+                         "does" + (f" ({below} failing elements)" if below is not None else "") + ". "
+                         + _FROM_ABOVE)
     else:
         lines.append(f"**Not shown to be the cause**: {cause.get('in_words', '')}. Treat this repro with care.")
     if cause and cause.get("bystanders"):
