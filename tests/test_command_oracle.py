@@ -215,7 +215,10 @@ def test_a_check_that_starts_after_the_oracle_closed_is_cancelled_at_once(job, t
     from oracles.command import CheckCancelled
 
     started = tmp_path / "started"
-    oracle = _oracle(argv=["sh", "-c", f"echo $$ > {started}; sleep 30"], timeout=60)
+    # Written then renamed, so a file that exists holds the whole pid: the kill can land between the shell
+    # opening the file and writing it.
+    script = f"echo $$ > {started}.part && mv {started}.part {started}; sleep 30"
+    oracle = _oracle(argv=["sh", "-c", script], timeout=60)
     oracle.close()
     start = time.perf_counter()
     with pytest.raises(CheckCancelled):
