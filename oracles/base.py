@@ -185,6 +185,10 @@ class CheckJob:
     # False: valid by construction (Materialized.as_original): a built-in runner's check spares onnx's checker;
     # a command is always handed a checked file
     checked: bool = True
+    # the proof's `exact` run (reducer/counterfactual.py): the nodes to compute in fp32 and the tensors they write
+    # (also in the model's metadata, EXACT_OUTPUTS_KEY, for the built-in runners); empty for every other check
+    keep_fp32_nodes: tuple[str, ...] = ()
+    keep_fp32_tensors: tuple[str, ...] = ()
 
 
 class Oracle(Protocol):

@@ -29,6 +29,10 @@ from reducer.candidate import save_model
 from reducer.errors import UsageError
 
 POLYGRAPHY_ARTIFACT = "polygraphy_debug.onnx"  # what Polygraphy's --check commands expect to find
+# A command that can keep named nodes in fp32 (trtexec --layerPrecisions, Polygraphy --layer-precisions,
+# onnxconverter-common's node_block_list) says so by taking this file: the proof of cause then keeps the repro in
+# fp32, which rules out error from above as feeding the reference cannot (reducer/counterfactual.py)
+KEEP_FP32 = "{keep_fp32}"
 
 
 # A check may print how many output elements fail (`failing_elements=N`, its last such line counting):
@@ -40,8 +44,10 @@ FAILING_ELEMENTS = re.compile(r"\bfailing_elements=(\d+)\b")
 class CommandOracle:
     """`{model}` and `{inputs}` in the command are replaced by the candidate's path and a Polygraphy
     `--load-inputs` JSON of its inputs; without `{model}` the candidate is `polygraphy_debug.onnx` in the
-    check's own working directory, as Polygraphy does it. Relative paths that exist where the user
-    started are made absolute, since each check runs in a private directory."""
+    check's own working directory, as Polygraphy does it. `{keep_fp32}` by a JSON file
+    `{"nodes": [names], "tensors": [names]}`: the nodes to compute in fp32 (and the tensors they write, for
+    unnamed ones), empty but for the proof's runs. Relative paths that exist where the user started are made
+    absolute, since each check runs in a private directory."""
 
     needs_reference = False  # the command decides alone: the whole model can be checked before the reference ran
 
@@ -57,7 +63,8 @@ class CommandOracle:
         self.argv = [_absolute_if_exists(arg) for arg in argv]
         self.max_abs_value: float | None = None  # a command's precision is unknown: --faithful-max tells
         self.names_failing_outputs = False
-        self.computes_exactly = False  # a command cannot be asked to keep nodes in fp32: fed from the reference
+        # asked to keep nodes in fp32 only through {keep_fp32}; else the proof feeds the reference
+        self.computes_exactly = any(KEEP_FP32 in arg for arg in self.argv)
         if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
             raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout
@@ -89,7 +96,12 @@ class CommandOracle:
             from polygraphy.json import save_json
 
             save_json([{name: np.load(path) for name, path in job.feeds.items()}], str(inputs_path))
-        argv = [arg.replace("{model}", str(model_path)).replace("{inputs}", str(inputs_path)) for arg in self.argv]
+        keep_path = workdir / "keep_fp32.json"
+        if self.computes_exactly:
+            keep_path.write_text(json.dumps({"nodes": list(job.keep_fp32_nodes),
+                                             "tensors": list(job.keep_fp32_tensors)}))
+        places = {"{model}": str(model_path), "{inputs}": str(inputs_path), KEEP_FP32: str(keep_path)}
+        argv = [_replaced(arg, places) for arg in self.argv]
         code, output, seconds = _run(argv, workdir, self.timeout, self._running)
         if code is None:
             return Verdict(True, Signature("timeout"), f"no answer after {self.timeout:g} s; killed", output)
@@ -212,3 +224,9 @@ def _absolute_if_exists(arg: str) -> str:
     if os.path.basename(arg) == POLYGRAPHY_ARTIFACT:  # the candidate, not a stale file from an old run
         return arg
     return os.path.abspath(arg)
+
+
+def _replaced(arg: str, places: dict[str, str]) -> str:
+    for placeholder, value in places.items():
+        arg = arg.replace(placeholder, value)
+    return arg

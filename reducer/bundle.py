@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from oracles.base import CheckJob, Signature, Verdict
+from oracles.command import KEEP_FP32
 from reducer import bundle_files, environment
 from reducer.activations import ActivationStore
 from reducer.candidate import TWO_GIB_MARGIN, save_model
@@ -150,6 +151,8 @@ def make_bundle(out_dir: Path, oracle=None, observed: tuple[Verdict, dict] | Non
     recorded = Signature.from_json(report["signature"]) if report.get("signature") else None
     try:
         _save_polygraphy_json(staging / "inputs.json", [feeds])
+        if any(KEEP_FP32 in arg for arg in options.get("check_command") or ()):  # the repro: no node kept in fp32
+            (staging / "keep_fp32.json").write_text(json.dumps({"nodes": [], "tensors": []}) + "\n")
         reference_note = None
         index = _store_index(out_dir, model, store)
         try:

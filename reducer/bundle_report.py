@@ -19,6 +19,7 @@ FILES = {
     "target.onnx": "minimal.onnx as the target runner executes it (see above)",
     "inputs.npz": "its inputs (numpy)",
     "inputs.json": "the same inputs for `polygraphy run --load-inputs`",
+    "keep_fp32.json": "the check command's `{keep_fp32}`: no node kept in fp32 (the proof named the repro's)",
     "reference_outputs.npz": "reference outputs: ONNX Runtime, CPU, fp32, graph optimizations off",
     "reference_outputs.json": "the same as Polygraphy RunResults, for `polygraphy run --load-outputs`",
     "target_outputs.npz": "the target's outputs as observed",

@@ -449,6 +449,9 @@ class Materialized:
     # only the original's nodes and weights as they are, its cut tensors typed inputs: valid by construction, as
     # the original passed onnx's checker at load (no edit, no probe output, no inlined control flow)
     as_original: bool = False
+    # the proof's `exact` run: the nodes kept in fp32 and the tensors they write (reducer/counterfactual.build)
+    keep_fp32_nodes: tuple[str, ...] = ()
+    keep_fp32_tensors: tuple[str, ...] = ()
 
     def reference_name(self, output: str) -> str:
         return self.observed.get(output, output)

@@ -90,9 +90,14 @@ def build(run: CounterfactualRun, model: Model, store: ActivationStore,
     every output, or has nothing downstream of it). `nodes`: what the run computes, where already known."""
     if run.kind == "exact":
         built = materialize(model, Candidate(model.flat), store)
-        names = [name for index in sorted(run.nodes) if not subgraphs(model.nodes[index])
-                 for name in model.node_writes[index] if _is_float(store, name)]
+        kept = [index for index in sorted(run.nodes) if not subgraphs(model.nodes[index])]
+        names = [name for index in kept for name in model.node_writes[index] if _is_float(store, name)]
         built.shell.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(names))  # nodes stay bytes
+        # for a --check command's {keep_fp32}: the same nodes by name (their tensors name the unnamed ones)
+        writing = set(names)
+        built.keep_fp32_tensors = tuple(names)
+        built.keep_fp32_nodes = tuple(model.nodes[index].name for index in kept
+                                      if model.nodes[index].name and writing.intersection(model.node_writes[index]))
         return built
     nodes = computed(model, run) if nodes is None else nodes
     if not nodes or (run.kind == "downstream" and nodes == run.nodes):

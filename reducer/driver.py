@@ -281,6 +281,8 @@ class Reduction:
             workdir=workdir,
             external_data=self.model.external_data,
             checked=not built.as_original,
+            keep_fp32_nodes=built.keep_fp32_nodes,
+            keep_fp32_tensors=built.keep_fp32_tensors,
         )
         return _Pending(key, job, built)
 

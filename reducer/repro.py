@@ -160,9 +160,10 @@ def command_repro_sh(facts: ReproFacts) -> str:
 
 
 def _sh_word(arg: str) -> str:
-    """One shell word, with {model} and {inputs} pointing into the bundle."""
-    places = {"{model}": '"$here/minimal.onnx"', "{inputs}": '"$here/inputs.json"', "{bundle}": '"$here"'}
-    pieces = re.split(r"(\{model\}|\{inputs\}|\{bundle\})", arg)
+    """One shell word, with {model}, {inputs} and {keep_fp32} pointing into the bundle."""
+    places = {"{model}": '"$here/minimal.onnx"', "{inputs}": '"$here/inputs.json"', "{bundle}": '"$here"',
+              "{keep_fp32}": '"$here/keep_fp32.json"'}
+    pieces = re.split(r"(\{model\}|\{inputs\}|\{bundle\}|\{keep_fp32\})", arg)
     return "".join(places.get(piece) or shlex.quote(piece) for piece in pieces if piece) or "''"
 
 

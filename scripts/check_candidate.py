@@ -7,13 +7,19 @@ does not slip to it.
 
     python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json \
         --runner onnxruntime:cpu:fp16-storage --fail-on nan
+
+`--keep-fp32 FILE` (onnx-reduce's `{keep_fp32}`): the nodes it names are computed in fp32 by an fp16 runner,
+so that onnx-reduce proves a repro kept in fp32 through this command, as through its own runner.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,6 +27,7 @@ import onnx
 from oracles import make_runner
 from oracles.base import RunResult
 from oracles.checks import NanCheck, ToleranceCheck
+from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY
 from reducer.activations import REFERENCE_RUNNER
 from reducer.inputs import load_inputs_file
 
@@ -34,6 +41,7 @@ def main() -> int:
     parser.add_argument("--fail-regex", default="", help="with --fail-on error: what the error must say")
     parser.add_argument("--atol", type=float, default=1e-5)
     parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--keep-fp32", metavar="FILE", help='{"nodes": [...], "tensors": [...]}: keep those in fp32')
     args = parser.parse_args()
 
     model = onnx.load(args.model, load_external_data=False)
@@ -62,10 +70,15 @@ def main() -> int:
         print("PASS: the target ran")
         return 0
     reference = make_runner(REFERENCE_RUNNER).run(args.model, feeds, None)
+    # beside the model, where its external data's relative paths still lead
+    kept = Path(args.model).with_name(f"kept_in_fp32_{os.getpid()}.onnx")
+    target_model = _kept_in_fp32(model, args.keep_fp32, kept) or args.model
     try:
-        result = RunResult("ok", target.run(args.model, feeds, None))
+        result = RunResult("ok", target.run(target_model, feeds, None))
     except Exception as exc:
         result = RunResult("error", error=str(exc))
+    finally:
+        kept.unlink(missing_ok=True)
     check = NanCheck() if args.fail_on == "nan" else ToleranceCheck(args.atol, args.rtol)
     verdict = check.judge(result, reference)
     print(f"FAIL ({verdict.signature.kind}): {verdict.reason}" if verdict.failing else f"PASS: {verdict.reason}")
@@ -74,6 +87,20 @@ def main() -> int:
     if not verdict.failing:
         return 0
     return 1 if verdict.signature.kind == args.fail_on else 3
+
+
+def _kept_in_fp32(model: onnx.ModelProto, keep_file: str | None, path: Path) -> str | None:
+    """The model with the tensors the file names marked for onnx-reduce's fp16 runners to compute in fp32 (their
+    interface, EXACT_OUTPUTS_KEY); None where it names none."""
+    tensors = json.loads(Path(keep_file).read_text()).get("tensors", []) if keep_file else []
+    if not tensors:
+        return None
+    props = [p for p in model.metadata_props if p.key != EXACT_OUTPUTS_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(props)
+    model.metadata_props.add(key=EXACT_OUTPUTS_KEY, value=json.dumps(tensors))
+    onnx.save(model, str(path))
+    return str(path)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ side by side with `polygraphy debug reduce --mode=bisect`, each tool given the s
   A. `polygraphy debug reduce MODEL --mode=bisect --check CMD`  (the anchor)
   B. `onnx-reduce reduce MODEL --check CMD`                     (the default search, the same command)
   C. `onnx-reduce reduce MODEL --runner R --fail-on F`          (the built-in oracle)
+  D. `onnx-reduce reduce MODEL --check CMD --keep-fp32 {keep_fp32}` (the command keeping the nodes named in
+     fp32: the stronger proof through a command; tolerance failures on runners that can, a table of its own)
 
 CMD is scripts/check_candidate.py on `polygraphy_debug.onnx` with every tensor of the fp32 reference
 run in one .npz (it reads only the ones a candidate takes), `--fail-code 1` for both tools; neither is told
@@ -29,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+
+from oracles import make_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -176,6 +180,9 @@ def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
                                      appraise=True)
         if builtin:
             row["builtin"] = run_reducer(entry, oracle_flags(entry), work, timeout)
+        if entry["fail_on"] == "tolerance" and make_runner(entry["runner"]).computes_exactly:
+            row["keep_fp32"] = run_reducer(entry, ["--fail-code", "1", "--check", *command, "--keep-fp32",
+                                                   "{keep_fp32}"], work, timeout)
         return row
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -294,6 +301,19 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
     if ratios:
         lines += ["", f"Checks, ours / Polygraphy's, same command: median {statistics.median(ratios):.2f}, "
                   f"largest {max(ratios):.2f} (targets: median <= 1.0, every model <= 1.5)."]
+    kept = [r for r in rows if r.get("keep_fp32")]
+    if kept:
+        lines += ["", "The same command taking `{keep_fp32}` (`--keep-fp32 {keep_fp32}`: it keeps the nodes named "
+                  "in fp32), so that our proof is the stricter one through a command too; the tolerance rows whose "
+                  "runner can. Polygraphy's column is the one above (it has no such use for the command).", "",
+                  "| model | polygraphy | ours, same command | ours, command taking `{keep_fp32}` "
+                  "| checks: that / polygraphy | its cause |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for r in kept:
+            pg, ours = r["polygraphy"], r["keep_fp32"]
+            ratio = f"{ours['checks'] / pg['checks']:.2f}" if pg.get("checks") and ours.get("checks") else "-"
+            lines.append(f"| {r['name']} | {cell(pg)} | {cell(r['command'])} | {cell(ours)} | {ratio} "
+                         f"| {cause_cell(ours)} |")
     if missing:
         lines += ["", f"Not run yet ({len(missing)} of {len(rows) + len(missing)}): {', '.join(missing)} "
                   "(`--resume` runs them)."]

@@ -719,3 +719,43 @@ def test_fp16_a_weight_read_by_exact_and_converted_nodes(tmp_path):
         y = ort.InferenceSession(executed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
             ["y"], {"x": x})[0]
         assert np.allclose(y, expected.astype(np.float32), rtol=1e-3, atol=0), (exact, y, expected)
+
+
+def two_causes_model(path: Path) -> None:
+    """x -> first_bn -> second_bn -> Sigmoid: both BatchNormalizations read a variance of 1e6, which the fp16
+    converter clamps to 1e4, and each alone makes the output wrong. Fed the reference at its output, the second
+    carries the failure (the first's error is fed away with it); kept in fp32, it still reads the first's error."""
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "scale", "bias_a", "mean", "var"], ["a"], name="first_bn"),
+        helper.make_node("BatchNormalization", ["a", "scale", "bias_b", "mean", "var"], ["b"], name="second_bn"),
+        helper.make_node("Sigmoid", ["b"], ["y"], name="squash"),
+    ]
+    initializers = [_const("scale", [1000.0]), _const("bias_a", [-2.0]), _const("bias_b", [0.5]),
+                    _const("mean", [0.0]), _const("var", [1e6])]
+    shape = [1, 1, 4, 4]
+    graph = helper.make_graph(nodes, "two_causes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, (1, 1, 4, 4)).astype(np.float32))
+
+
+@pytest.mark.parametrize("keeps_fp32", [False, True])
+def test_a_command_that_takes_keep_fp32_has_its_repro_proven_kept_in_fp32(tmp_path, keeps_fp32):
+    """Through `{keep_fp32}` (scripts/check_candidate.py's --keep-fp32) the command keeps the named nodes in fp32,
+    so the proof rules out error from above: the repro holds both causes. Without it, fed the reference, the
+    second alone is proven (the first's error is fed away with it): the test above is not vacuous."""
+    path = tmp_path / "two.onnx"
+    two_causes_model(path)
+    command = ["--fail-code", "1", "--check", sys.executable, str(ROOT / "scripts" / "check_candidate.py"),
+               "{model}", "{inputs}", *FP16] + (["--keep-fp32", "{keep_fp32}"] if keeps_fp32 else [])
+    report = reduce(tmp_path, path, *command)
+    assert report["cause"]["holds"] and report["cause"]["method"] == ("fp32" if keeps_fp32 else "reference")
+    kept = set(kept_names(tmp_path))
+    assert kept == ({"first_bn", "second_bn"} if keeps_fp32 else {"second_bn"}), kept
+    if keeps_fp32:  # the bundle's repro runs the command with no node kept in fp32, and reproduces
+        bundle = tmp_path / "out" / "bundle"
+        assert json.loads((bundle / "keep_fp32.json").read_text()) == {"nodes": [], "tensors": []}
+        done = subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1, done.stdout[-2000:]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reproduces a failure that onnx-reduce found with a check command, as `polygraphy debug reduce --check`
 runs it: `{model}` in the command is minimal.onnx, `{inputs}` a Polygraphy --load-inputs JSON, `{bundle}`
-this folder (files the command needs travel in it); without `{model}`, the model is copied to
-polygraphy_debug.onnx in a scratch directory where the command runs.
+this folder (files the command needs travel in it), `{keep_fp32}` a file naming no node to keep in fp32;
+without `{model}`, the model is copied to polygraphy_debug.onnx in a scratch directory where the command runs.
 
     python repro.py   # exit 1: the failure reproduces; 0: it does not; 2: cannot run here
 
@@ -64,7 +64,8 @@ def main() -> int:
         model = str(HERE / MODEL)
         if not any("{model}" in arg for arg in COMMAND):
             shutil.copy(model, Path(scratch) / "polygraphy_debug.onnx")
-        places = {"{model}": model, "{inputs}": str(HERE / INPUTS_JSON), "{bundle}": str(HERE)}
+        places = {"{model}": model, "{inputs}": str(HERE / INPUTS_JSON), "{bundle}": str(HERE),
+                  "{keep_fp32}": str(HERE / "keep_fp32.json")}
         argv = []
         for arg in COMMAND:
             for placeholder, value in places.items():
