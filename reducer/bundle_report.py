@@ -108,7 +108,7 @@ def _path_text(origin: dict | None) -> list[str]:
 
 # what a proof fed from the reference cannot show (reducer/counterfactual.py)
 _FROM_ABOVE = ("Whether error from above would make the model fail as well is not tested this way: a runner that keeps "
-               "nodes in fp32 (`--runner onnxruntime:cpu:fp16`) tests it.")
+               "nodes in fp32 (`--runner onnxruntime:cpu:fp16`, or a check command taking `{keep_fp32}`) tests it.")
 
 
 def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None = None,

@@ -8,12 +8,12 @@ changed, stops failing, or fails in at most a tenth of the elements it failed in
   the fp16 converter's node block list, fp16-storage's rounding left out). Their inputs are what the target
   computed, so an error from further up still flows through them: only their own arithmetic is exonerated.
 - `reference`: the whole model without the repro's nodes, their outputs fed from the reference run (any
-  runner, and a --check command through `{inputs}`). That also replaces the error flowing *through* them,
-  so it would prove any node every path of the error crosses; hence a second check: the repro with all
-  that lies downstream of it, fed the reference at its inputs, must fail too (in at least a tenth of the
-  elements): the error arises inside it. That does not rule out error from above as well, which only `fp32`
-  tests (on PP-OCRv6 det a Conv held by `reference` while the model, that Conv kept in fp32, still failed):
-  report.md says so where a proof is `reference`'s.
+  runner, and a --check command through `{inputs}`; one that takes `{keep_fp32}` is asked the `fp32` way).
+  That also replaces the error flowing *through* them, so it would prove any node every path of the error
+  crosses; hence a second check: the repro with all that lies downstream of it, fed the reference at its
+  inputs, must fail too (in at least a tenth of the elements): the error arises inside it. That does not rule
+  out error from above as well, which only `fp32` tests (on PP-OCRv6 det a Conv held by `reference` while the
+  model, that Conv kept in fp32, still failed): report.md says so where a proof is `reference`'s.
 """
 
 from __future__ import annotations
