@@ -164,6 +164,8 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                          + _FROM_ABOVE)
     else:
         lines.append(f"**Not shown to be the cause**: {cause.get('in_words', '')}. Treat this repro with care.")
+    if cause and cause.get("keep_fp32_refused"):
+        lines.append(f"Not kept in fp32: {cause['keep_fp32_refused']} (so the proof fed the reference instead).")
     if cause and cause.get("bystanders"):
         first = cause["bystanders"][0]
         lines.append(f"{len(cause['bystanders'])} smaller candidate(s) failed alone but did not carry the failure "

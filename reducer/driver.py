@@ -203,6 +203,9 @@ class Reduction:
         self.cause_check = cause_check
         # fp32 where the runner can keep nodes in fp32, else their outputs fed from the reference
         self.cause_method = "fp32" if getattr(oracle, "computes_exactly", False) else "reference"
+        # a command that takes {keep_fp32} is taken at its word only once shown (see _show_fp32)
+        self._fp32_to_show = self.cause_method == "fp32" and not getattr(oracle, "exact_on_trust", True)
+        self.fp32_refused: str | None = None  # why the proof fell back to feeding the reference
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
         self.overflow_check: OverflowCheck | None = None  # see overflow_carries
@@ -509,8 +512,24 @@ class Reduction:
         bound = self.range_bound
         return counterfactual.through_range(self.model, self.store, nodes, bound) if bound else nodes
 
+    def _show_fp32(self) -> None:
+        """Before the first proof rests on a command's `{keep_fp32}`: the whole model with every node named in it
+        must pass (it is the reference, computed in fp32). A command that takes the file but still fails the same
+        way does not keep them in fp32, and every proof would be vacuous (the whole model "spread", every cut
+        "still failing"): the proofs feed the reference instead, and the report says why. One check."""
+        if not self._fp32_to_show:
+            return
+        self._fp32_to_show = False
+        verdict = self._counterfactual_verdict(counterfactual.CounterfactualRun("exact", self.model.flat))
+        if verdict is not None and counterfactual.still_fails(self.original, verdict):
+            self.cause_method = "reference"
+            self.fp32_refused = ("the check command takes {keep_fp32}, but with every node named in it the whole "
+                                 "model still fails the same way: it does not keep them in fp32")
+            self.progress.message(self.fp32_refused + "; the proofs feed the reference instead")
+
     def proof(self, candidate: Candidate) -> Proof:
         """Whether the candidate's nodes carry the whole model's failure (each node set proved once)."""
+        self._show_fp32()
         nodes = candidate.nodes
         if nodes not in self.proofs:
             weights = counterfactual.with_constants(self.model, nodes)
@@ -592,6 +611,8 @@ class Reduction:
         is not asked again. Then the last one named closes (without a budget): when it removes nothing,
         the result is minimal for it (the linear sweep by default: 1-minimal); otherwise the rounds go on.
         Raises SearchStopped when --max-checks or --time-limit is reached."""
+        if self.proves_cause:  # before any strategy builds on the method (origin cuts differently for each)
+            self._show_fp32()
         *others, closer = self.strategies or [None]
         dropped: set[int] = set()
         while closer is not None:

@@ -495,6 +495,8 @@ def cause_report(reduction: Reduction) -> dict | None:
     if proof is None and reduction.best.nodes == reduction.model.original_nodes:
         proof = reduction.proof(reduction.best)  # nothing removed: the whole model carries it, no check
     data = {"checked": proof is not None}
+    if reduction.fp32_refused:
+        data["keep_fp32_refused"] = reduction.fp32_refused
     if reduction.overflow_check is not None:  # the overflow hint tested, and refuted: see overflow_carries
         data["overflow"] = _overflow_report(reduction)
     if proof is not None:

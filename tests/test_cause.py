@@ -741,20 +741,41 @@ def two_causes_model(path: Path) -> None:
     np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, (1, 1, 4, 4)).astype(np.float32))
 
 
-@pytest.mark.parametrize("keeps_fp32", [False, True])
+IGNORES_KEEP_FP32 = """import subprocess, sys
+import onnx
+model = onnx.load(sys.argv[1])
+del model.metadata_props[:]  # onnx-reduce's own runners would read the nodes to keep from it
+onnx.save(model, "stripped.onnx")
+sys.exit(subprocess.call([sys.executable, sys.argv[3], "stripped.onnx", *sys.argv[4:]]))
+"""
+
+
+@pytest.mark.parametrize("keeps_fp32", ["no", "yes", "ignored"])
 def test_a_command_that_takes_keep_fp32_has_its_repro_proven_kept_in_fp32(tmp_path, keeps_fp32):
     """Through `{keep_fp32}` (scripts/check_candidate.py's --keep-fp32) the command keeps the named nodes in fp32,
     so the proof rules out error from above: the repro holds both causes. Without it, fed the reference, the
-    second alone is proven (the first's error is fed away with it): the test above is not vacuous."""
+    second alone is proven (the first's error is fed away with it). A command that takes the file and ignores it
+    is found out by one check (the whole model, every node named, still fails): the proofs feed the reference,
+    and the report says why, instead of calling the whole model the cause, spread."""
     path = tmp_path / "two.onnx"
     two_causes_model(path)
-    command = ["--fail-code", "1", "--check", sys.executable, str(ROOT / "scripts" / "check_candidate.py"),
-               "{model}", "{inputs}", *FP16] + (["--keep-fp32", "{keep_fp32}"] if keeps_fp32 else [])
-    report = reduce(tmp_path, path, *command)
-    assert report["cause"]["holds"] and report["cause"]["method"] == ("fp32" if keeps_fp32 else "reference")
+    check_script = str(ROOT / "scripts" / "check_candidate.py")
+    if keeps_fp32 == "ignored":
+        (tmp_path / "ignores.py").write_text(IGNORES_KEEP_FP32)
+        argv = [sys.executable, str(tmp_path / "ignores.py"), "{model}", "{keep_fp32}", check_script, "{inputs}"]
+    else:
+        argv = [sys.executable, check_script, "{model}", "{inputs}"]
+    argv += [*FP16] + (["--keep-fp32", "{keep_fp32}"] if keeps_fp32 == "yes" else [])
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", *argv)
+    assert report["cause"]["holds"] and report["cause"]["method"] == ("fp32" if keeps_fp32 == "yes" else "reference")
+    assert ("keep_fp32_refused" in report["cause"]) is (keeps_fp32 == "ignored")
     kept = set(kept_names(tmp_path))
-    assert kept == ({"first_bn", "second_bn"} if keeps_fp32 else {"second_bn"}), kept
-    if keeps_fp32:  # the bundle's repro runs the command with no node kept in fp32, and reproduces
+    if keeps_fp32 == "ignored":  # its check leaves the budget (10 on 3 nodes) no room for the start's search
+        assert "second_bn" in kept and "squash" not in kept and not report["cause"]["spread"], kept
+        assert "does not keep them in fp32" in (tmp_path / "out" / "bundle" / "report.md").read_text()
+    else:
+        assert kept == ({"first_bn", "second_bn"} if keeps_fp32 == "yes" else {"second_bn"}), kept
+    if keeps_fp32 == "yes":  # the bundle's repro runs the command with no node kept in fp32, and reproduces
         bundle = tmp_path / "out" / "bundle"
         assert json.loads((bundle / "keep_fp32.json").read_text()) == {"nodes": [], "tensors": []}
         done = subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=300)
