@@ -199,6 +199,7 @@ class Oracle(Protocol):
     max_abs_value: float | None
     names_failing_outputs: bool  # whether its verdicts say which outputs fail (a command's do not)
     computes_exactly: bool  # whether it can run a model with marked nodes kept in fp32 (EXACT_OUTPUTS_KEY)
+    exact_on_trust: bool  # whether every node kept so computes the reference (else the driver checks it once)
 
     def judge(self, job: CheckJob) -> Verdict: ...
 

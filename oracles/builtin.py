@@ -40,6 +40,7 @@ class BuiltinOracle:
         self.timeout = timeout
         self.max_abs_value = runner.max_abs_value
         self.computes_exactly = getattr(runner, "computes_exactly", False)  # nodes kept in fp32 on request
+        self.exact_on_trust = getattr(runner, "exact_on_trust", False)  # see Reduction._show_fp32
         self._uses_gpu = getattr(runner, "uses_gpu", False)
         self.environments = worker_environments(self._uses_gpu, jobs)
         self._workers = [Worker(runner.spec, env={**placement, **(env or {})}) for placement in self.environments]

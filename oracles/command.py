@@ -65,7 +65,7 @@ class CommandOracle:
         self.names_failing_outputs = False
         # asked to keep nodes in fp32 only through {keep_fp32}; else the proof feeds the reference
         self.computes_exactly = any(KEEP_FP32 in arg for arg in self.argv)
-        self.exact_on_trust = False  # a command's word for it: the driver checks it once (Reduction.fp32_refused)
+        self.exact_on_trust = False  # a command's word for it: the driver checks it once (Reduction._show_fp32)
         if shutil.which(self.argv[0]) is None:  # say so now, not after the reference run
             raise UsageError(f"--check: cannot run '{argv[0]}': no such command")
         self.timeout = timeout

@@ -90,6 +90,7 @@ class TensorRTRunner:
         self.flavour = installed_flavour()
         # TensorRT-RTX's fp16 is the converted model, which can keep marked nodes in fp32 (EXACT_OUTPUTS_KEY)
         self.computes_exactly = self.flavour == "tensorrt_rtx" and precision == "fp16"
+        self.exact_on_trust = False  # TensorRT may run an fp32 layer in TF32: the driver checks it once
         self.keep_timing_cache = os.environ.get("ONNX_REDUCE_TRT_TIMING_CACHE", "1") != "0"
         self._timing_cache = b""
         self._trt = None

@@ -203,8 +203,8 @@ class Reduction:
         self.cause_check = cause_check
         # fp32 where the runner can keep nodes in fp32, else their outputs fed from the reference
         self.cause_method = "fp32" if getattr(oracle, "computes_exactly", False) else "reference"
-        # a command that takes {keep_fp32} is taken at its word only once shown (see _show_fp32)
-        self._fp32_to_show = self.cause_method == "fp32" and not getattr(oracle, "exact_on_trust", True)
+        # a command's {keep_fp32}, or a runner whose fp32 may be TF32, is taken at its word only once shown
+        self._fp32_to_show = self.cause_method == "fp32" and not getattr(oracle, "exact_on_trust", False)
         self.fp32_refused: str | None = None  # why the proof fell back to feeding the reference
         self.proofs: dict[frozenset[int], Proof] = {}
         self.bystanders: list[Proof] = []
@@ -513,18 +513,20 @@ class Reduction:
         return counterfactual.through_range(self.model, self.store, nodes, bound) if bound else nodes
 
     def _show_fp32(self) -> None:
-        """Before the first proof rests on a command's `{keep_fp32}`: the whole model with every node named in it
-        must pass (it is the reference, computed in fp32). A command that takes the file but still fails the same
-        way does not keep them in fp32, and every proof would be vacuous (the whole model "spread", every cut
-        "still failing"): the proofs feed the reference instead, and the report says why. One check."""
+        """Before the first proof rests on nodes kept in fp32 by a command's `{keep_fp32}`, or by a runner whose
+        fp32 may be TF32: the whole model with every node kept must pass (it is then the reference). Where it still
+        fails the same way, keeping nodes does not compute them exactly, and every proof would be vacuous (the
+        whole model "spread", every cut "still failing"): the proofs feed the reference instead, and the report
+        says why. One check."""
         if not self._fp32_to_show:
             return
         self._fp32_to_show = False
         verdict = self._counterfactual_verdict(counterfactual.CounterfactualRun("exact", self.model.flat))
         if verdict is not None and counterfactual.still_fails(self.original, verdict):
             self.cause_method = "reference"
-            self.fp32_refused = ("the check command takes {keep_fp32}, but with every node named in it the whole "
-                                 "model still fails the same way: it does not keep them in fp32")
+            self.fp32_refused = ("with every node kept in fp32 the whole model still fails the same way: kept so, "
+                                 "nodes do not compute what the reference does (a runner's TF32, or a check "
+                                 "command that takes {keep_fp32} but does not keep them)")
             self.progress.message(self.fp32_refused + "; the proofs feed the reference instead")
 
     def proof(self, candidate: Candidate) -> Proof:
