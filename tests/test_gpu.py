@@ -98,3 +98,42 @@ def test_tensorrt_internal_error_is_reduced_with_its_message(tmp_path):
     flakiness = report["flakiness"]
     assert flakiness["repeat"] == 2 and flakiness["runs"] > flakiness["candidates"] >= 1
     _bundle_reproduces(out)
+
+
+def _matmul_chain(path: Path) -> None:
+    """x -> MatMul -> Tanh -> MatMul: 1024-long dot products, which fp16 and TF32 (a 10-bit mantissa both) round
+    alike, beyond a 1e-4 tolerance."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    weights = [numpy_helper.from_array((rng.standard_normal((1024, 1024)) / 32).astype(np.float32), f"w{i}")
+               for i in range(2)]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h"], name="first"),
+             helper.make_node("Tanh", ["h"], ["t"], name="squash"),
+             helper.make_node("MatMul", ["t", "w1"], ["y"], name="second")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 1024])], weights)
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    np.savez(path.with_suffix(".npz"), x=rng.standard_normal((8, 1024)).astype(np.float32))
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_nodes_kept_in_fp32_under_tf32_are_checked_before_a_proof_rests_on_them(tmp_path, tf32):
+    """With TF32 on (ONNX Runtime's default on CUDA), a MatMul kept in fp32 rounds as fp16 does: the whole model
+    with every node kept still fails at 1e-4, so a proof kept in fp32 would be vacuous. The driver checks it once
+    and feeds the reference instead, saying why; with TF32 off, the nodes are kept in fp32 and nothing is said."""
+    spec = "onnxruntime:cuda:fp16" + ("" if tf32 else ":notf32")
+    _needs(spec)
+    model = tmp_path / "chain.onnx"
+    _matmul_chain(model)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
+                           str(model.with_suffix(".npz")), "--runner", spec, "--fail-on", "tolerance", "--atol", "1e-4",
+                           "--rtol", "1e-4", "-o", str(out), "--json"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cause = json.loads(done.stdout)["cause"]
+    assert cause["method"] == ("reference" if tf32 else "fp32"), cause
+    assert ("keep_fp32_refused" in cause) is tf32

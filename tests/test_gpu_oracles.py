@@ -47,6 +47,13 @@ def test_bad_runner_specs_are_refused(spec):
         make_runner(spec)
 
 
+def test_nodes_kept_in_fp32_are_trusted_only_where_fp32_cannot_be_tf32():
+    """Where it may be TF32, the driver checks once that the whole model with every node kept passes (test_gpu.py)."""
+    assert make_runner("onnxruntime:cpu:fp16").exact_on_trust
+    assert not make_runner("onnxruntime:cuda:fp16").exact_on_trust
+    assert make_runner("onnxruntime:cuda:fp16:notf32").exact_on_trust
+
+
 def test_gpu_runners_are_fp16_bounded_only_in_fp16():
     assert make_runner("onnxruntime:cuda:fp16").max_abs_value == 65504
     assert make_runner("onnxruntime:cuda:fp32").max_abs_value is None
