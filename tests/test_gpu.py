@@ -115,7 +115,7 @@ def _matmul_chain(path: Path) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 1024])], weights)
     import onnx
 
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
     np.savez(path.with_suffix(".npz"), x=rng.standard_normal((8, 1024)).astype(np.float32))
 
 
