@@ -613,7 +613,8 @@ class Reduction:
         is not asked again. Then the last one named closes (without a budget): when it removes nothing,
         the result is minimal for it (the linear sweep by default: 1-minimal); otherwise the rounds go on.
         Raises SearchStopped when --max-checks or --time-limit is reached."""
-        if self.proves_cause:  # before any strategy builds on the method (origin cuts differently for each)
+        if self.proves_cause and self._fp32_to_show:  # before any strategy builds on the method (origin cuts
+            self._stop_if_spent(1)  # differently for each); a check like a proof's runs, within --max-checks
             self._show_fp32()
         *others, closer = self.strategies or [None]
         dropped: set[int] = set()
