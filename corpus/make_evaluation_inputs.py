@@ -8,7 +8,8 @@ them; the saved .npz files are the source of truth for the cases.
     python corpus/make_evaluation_inputs.py            # rewrite inputs/eval_*.npz
     python corpus/make_evaluation_inputs.py --check    # compare with the saved files
 
-Everything is numpy except the two chained openWakeWord inputs: the
+Everything is numpy (and Pillow, for the two captchas drawn with a real font
+and resized as their packages do) except the two chained openWakeWord inputs: the
 wake-word classifiers read embeddings and the embedding model reads mel
 frames, so those inputs are what the upstream openWakeWord models compute
 from the synthetic audio below (onnxruntime, CPU, fp32, optimisations off),
@@ -29,6 +30,28 @@ Generators (see each function):
 * basic-pitch: a synthetic five-note melody at 22050 Hz, zero-padded and windowed as basic_pitch does.
 * magika: the first and last 1024 bytes of a small Python source file, as
   int32 byte values padded with 256 (magika 1.0.3, standard_v3_3 config).
+* sleep spindles (brainmaze-eeg-models 0.1.0, OpenSpindleNet 'eeg' model):
+  two 30 s windows of synthetic N2 sleep EEG at 250 Hz (1/f background, slow
+  waves, three 12-14 Hz spindles; the second window adds a K-complex and a
+  movement artifact).  The package z-scores each window (raw_signal) and
+  z-scores per scale the |'shan6-13' CWT| of the demeaned window
+  (spectrogram, 15 scales).  Mistakes: "microvolts" skips both z-scorings
+  and the demeaning (raw microvolts with their DC offset, the bare
+  scalogram); "openbci_counts" feeds the same from the amplifier's raw
+  ADS1299 ADC counts (OpenBCI Cyton at gain 24: microvolts x 44.74).
+* seizure (brainmaze-eeg-models 0.1.0, modelA_paper): a 300 s synthetic iEEG
+  trace at 500 Hz with a 70 s evolving spike-and-wave discharge.  The
+  package z-scores the signal, takes scipy's spectrogram (1 s segments,
+  0.5 s hop), keeps the first 100 bins and z-scores each bin over time:
+  (1, 100, 599).  Mistake: "psd" feeds the raw PSD of the microvolt signal
+  (no z-scoring at all, values up to ~1.4e4).
+* captchas drawn with Pillow's default font and shapes: captcha-whisperer
+  0.1.0 (a 5-character text captcha, 160x60, BGR CHW float 0..255, unscaled
+  by the package's design: no mistake variant) and captcha-recognizer 1.0.2
+  (a 340x212 slider captcha with a jigsaw gap, YOLO letterbox to 640 with
+  bilinear resize and grey 114 padding, RGB, /255; Pillow stands in for the
+  package's cv2).  The slider's "rawpixels" variant skips the /255: the
+  0..255 mistake.
 All saved with np.savez_compressed (flat images compress to a few KB).
 """
 import argparse
@@ -36,6 +59,7 @@ import os
 import sys
 
 import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_inputs import FONT as BASE_FONT  # noqa: E402  (a sibling script, not a package)
@@ -265,6 +289,223 @@ def magika_features(data, beg=1024, end=1024, pad=256):
     return np.array([b + e], np.int32)
 
 
+# ----------------------------------------------------------------- EEG (brainmaze-eeg-models 0.1.0)
+def pink(rng, n):
+    """1/f noise, unit SD."""
+    X = np.fft.rfft(rng.standard_normal(n))
+    f = np.fft.rfftfreq(n)
+    f[0] = f[1]
+    y = np.fft.irfft(X / np.sqrt(f), n)
+    return y / y.std()
+
+
+def sleep_eeg(seed, fs=250.0, seconds=30.0):
+    """Scalp-EEG-like N2 sleep trace in microvolts: 1/f background, slow waves, three sleep spindles (12-14 Hz,
+    Gaussian envelope), amplifier noise, a DC offset."""
+    rng = np.random.default_rng(seed)
+    n = int(fs * seconds)
+    t = np.arange(n) / fs
+    x = 18.0 * pink(rng, n)
+    x += 25.0 * np.sin(2 * np.pi * 0.8 * t + 0.3) * (np.sin(2 * np.pi * t / 11.0) > 0.4)
+    for c, f0, dur, amp in ((6.2, 12.5, 1.1, 32.0), (14.8, 13.4, 0.8, 26.0), (23.5, 12.1, 1.6, 30.0)):
+        env = np.exp(-0.5 * ((t - c) / (dur / 4)) ** 2)
+        x += amp * env * np.sin(2 * np.pi * f0 * t + rng.uniform(0, 2 * np.pi))
+    x += 0.8 * rng.standard_normal(n)  # amplifier noise
+    return x + 15.0                     # electrode DC offset
+
+
+def spindle_windows():
+    """Two 30 s windows at 250 Hz, (2, 7500) microvolts; the second also holds a K-complex and a movement artifact
+    (an electrode pop)."""
+    w = np.stack([sleep_eeg(10), sleep_eeg(11)])
+    t = np.arange(w.shape[1]) / 250.0
+    w[1] += -140 * np.exp(-0.5 * ((t - 18.0) / 0.12) ** 2) + 80 * np.exp(-0.5 * ((t - 18.45) / 0.2) ** 2)
+    w[1] += 380 * np.exp(-0.5 * ((t - 27.0) / 0.35) ** 2) * np.sign(np.sin(2 * np.pi * 1.3 * (t - 27.0)))
+    return w
+
+
+def shan_scalogram(x):
+    """|pywt.cwt(x, geomspace(135, 270, 15), 'shan6-13', precision=10)|, the numpy transcription of
+    brainmaze_eeg_models/spindles/_cwt.py (FFT convolution, float64): (..., 15, n)."""
+    x = np.asarray(x, np.float64)
+    n = x.shape[-1]
+    B, C = 6.0, 13.0
+    g = np.linspace(-20.0, 20.0, 2 ** 10)
+    psi = np.sqrt(B) * np.sinc(B * g) * np.exp(2j * np.pi * C * g)
+    int_psi = np.conj(np.cumsum(psi) * (g[1] - g[0]))
+    step = g[1] - g[0]
+    scales = np.geomspace(135, 270, num=15)
+    kernels = []
+    for s in scales:
+        j = (np.arange(s * (g[-1] - g[0]) + 1) / (s * step)).astype(int)
+        j = j[j < int_psi.size]
+        kernels.append(int_psi[j][::-1])
+    nfft = 1 << int(np.ceil(np.log2(n + max(k.size for k in kernels))))
+    X = np.fft.fft(x, nfft, axis=-1)
+    out = np.empty(x.shape[:-1] + (len(scales), n))
+    for i, (s, k) in enumerate(zip(scales, kernels, strict=True)):
+        dk = np.diff(np.concatenate(([0.0], k, [0.0])))
+        spec = -np.sqrt(s) * np.fft.fft(dk, nfft)
+        off = int(np.floor((k.size - 2) / 2.0)) + 1
+        y = np.fft.ifft(X * spec, axis=-1)
+        out[..., i, :] = np.abs(y[..., off:off + n])
+    return out
+
+
+def spindle_feeds(w):
+    """OpenSpindleNet's two inputs from (2, n) windows fed as they are: raw_signal (2, 1, n), spectrogram
+    (2, 15, n).  The package (SpindleDetector.predict_windows) would z-score the window and z-score the scalogram
+    of the demeaned window per scale; these skip all three (the "microvolts" mistake)."""
+    return {"raw_signal": w[:, None, :].astype(np.float32), "spectrogram": shan_scalogram(w).astype(np.float32)}
+
+
+def openbci_counts(uv):
+    """OpenBCI Cyton raw ADS1299 counts at gain 24: 1 count = 4.5 V / 24 / (2**23 - 1) = 0.02235 uV, i.e.
+    counts = uV * 44.74 (the microvolt scale factor left out)."""
+    return uv * (24 * (2 ** 23 - 1) / 4.5e6)
+
+
+def ieeg_seizure(seed, fs=500, seconds=300):
+    """iEEG-like trace in microvolts: 1/f background with a 70 s evolving rhythmic discharge (spike-and-wave,
+    7 Hz slowing to 3 Hz)."""
+    rng = np.random.default_rng(seed)
+    n = fs * seconds
+    t = np.arange(n) / fs
+    x = 60.0 * pink(rng, n) + 4.0 * rng.standard_normal(n)
+    on, off = 140.0, 210.0
+    m = (t >= on) & (t < off)
+    tt = t[m] - on
+    f_inst = 7.0 - 4.0 * tt / (off - on)
+    phase = 2 * np.pi * np.cumsum(f_inst) / fs
+    amp = 250.0 * np.minimum(1.0, tt / 10.0) * np.minimum(1.0, (off - on - tt) / 5.0)
+    spikes = np.exp(-((np.mod(phase, 2 * np.pi) - np.pi) ** 2) / 0.05)  # sharp spikes
+    x[m] += amp * (0.6 * np.sin(phase) - 1.4 * spikes)
+    return x
+
+
+def spectrogram_psd(x, fs):
+    """scipy.signal.spectrogram(x, fs, nperseg=fs, noverlap=fs//2) with its defaults (periodic Tukey(0.25)
+    window, constant detrend, one-sided PSD): (..., freq, time)."""
+    nper, hop = fs, fs // 2
+    m = np.arange(nper + 1)
+    a = 0.25
+    wlen = nper + 1
+    w = np.ones(wlen)
+    width = int(np.floor(a * (wlen - 1) / 2.0))
+    n1 = m[: width + 1]
+    n3 = m[wlen - width - 1:]
+    w[: width + 1] = 0.5 * (1 + np.cos(np.pi * (-1 + 2.0 * n1 / a / (wlen - 1))))
+    w[wlen - width - 1:] = 0.5 * (1 + np.cos(np.pi * (-2.0 / a + 1 + 2.0 * n3 / a / (wlen - 1))))
+    win = w[:-1]
+    nseg = (x.shape[-1] - nper) // hop + 1
+    idx = np.arange(nseg)[:, None] * hop + np.arange(nper)[None, :]
+    seg = x[..., idx]
+    seg = seg - seg.mean(axis=-1, keepdims=True)
+    S = np.abs(np.fft.rfft(seg * win, axis=-1)) ** 2 / (fs * (win ** 2).sum())
+    S[..., 1:-1] *= 2 if nper % 2 == 0 else 1
+    return np.swapaxes(S, -1, -2)
+
+
+def seizure_raw_psd(fs=500):
+    """brainmaze_eeg_models.seizure.preprocess_input z-scores the signal, takes the spectrogram (1 s, 0.5 s hop),
+    keeps the first 100 bins and z-scores each bin over time: (1, 100, 599) for 300 s at 500 Hz.  This is the
+    raw PSD of the microvolt signal instead (no z-scoring at all)."""
+    x = ieeg_seizure(20, fs)[None]
+    return spectrogram_psd(x, fs)[:, :100, :].astype(np.float32)
+
+
+# ----------------------------------------------------------------- captchas drawn with Pillow
+def whisperer_captcha():
+    """captcha-whisperer 0.1.0 (captcha_whisperer/preprocess.py): RGB at 160x60, BGR, CHW, float32 in 0..255 (no
+    scaling, by design).  The captcha: "5GTYV" in Pillow's default font at size 34, each character rotated,
+    on a noisy light background with four interference lines and speckles."""
+    rng = np.random.default_rng(16)
+    W, H = 160, 60
+    bg = rng.integers(200, 245, 3)
+    a = np.ones((H, W, 3), np.float32) * bg
+    a += rng.normal(0, 12, a.shape)
+    im = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+    d = ImageDraw.Draw(im)
+    f = ImageFont.load_default(size=34)  # Pillow >= 10.1's scalable default font
+    x = 12
+    for ch in "5GTYV":
+        col = tuple(int(v) for v in rng.integers(0, 120, 3))
+        layer = Image.new("RGBA", (40, 50), (0, 0, 0, 0))
+        ImageDraw.Draw(layer).text((6, 4), ch, fill=col + (255,), font=f)
+        layer = layer.rotate(float(rng.uniform(-25, 25)), resample=Image.Resampling.BILINEAR)
+        im.paste(layer, (x, int(rng.integers(0, 12))), layer)
+        x += int(rng.integers(24, 30))
+    for _ in range(4):  # interference lines
+        pts = [tuple(int(v) for v in (rng.integers(0, W), rng.integers(0, H))) for _ in range(2)]
+        d.line(pts, fill=tuple(int(v) for v in rng.integers(0, 160, 3)), width=2)
+    for _ in range(150):  # speckles
+        px, py = int(rng.integers(0, W)), int(rng.integers(0, H))
+        d.point((px, py), fill=tuple(int(v) for v in rng.integers(0, 255, 3)))
+    return nchw(np.asarray(im)[:, :, ::-1])
+
+
+def jigsaw_mask(size):
+    """Boolean mask of a jigsaw piece (square body, a knob on top and right)."""
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    b0, b1 = size * 0.18, size * 0.86
+    body = (xx >= b0) & (xx <= b1) & (yy >= b0) & (yy <= b1)
+    r = size * 0.14
+    c = (b0 + b1) / 2
+    top = (xx - c) ** 2 + (yy - b0) ** 2 <= r ** 2
+    right = (xx - b1) ** 2 + (yy - c) ** 2 <= r ** 2
+    return body | top | right
+
+
+def slider_captcha(seed):
+    """A 340x212 slider captcha (BGR uint8, as cv2.imread gives): a textured landscape, the puzzle gap (darkened,
+    light outline) and the piece at the left edge."""
+    rng = np.random.default_rng(seed)
+    H, W = 212, 340
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    img = np.zeros((H, W, 3), np.float32)
+    t = yy / H
+    img[:] = np.stack([150 + 70 * t, 190 - 30 * t, 235 - 90 * t], -1)  # sky (RGB)
+    hill = yy > 110 + 25 * np.sin(xx / 41.0) + 12 * np.sin(xx / 13.0 + 1)
+    img[hill] = [70, 130, 60]
+    lake = (yy > 170) & (np.abs(xx - 230) < 90)
+    img[lake] = [60, 100, 160]
+    for _ in range(40):  # trees / rocks
+        cx, cy, rr = rng.uniform(0, W), rng.uniform(110, H), rng.uniform(3, 10)
+        m = (xx - cx) ** 2 + (yy - cy) ** 2 <= rr ** 2
+        img[m] = rng.uniform(20, 110, 3)
+    img += 10 * np.stack([pink(rng, H * W).reshape(H, W)] * 3, -1)
+    img = np.clip(img, 0, 255)
+    S = 62
+    mask = jigsaw_mask(S)
+    gx, gy = 214, 70
+    piece = img[gy:gy + S, gx:gx + S].copy()
+    region = img[gy:gy + S, gx:gx + S]
+    region[mask] = region[mask] * 0.35 + 40          # the dark gap
+    edge = mask ^ np.pad(mask, 2)[4:, 4:][:S, :S] & mask
+    region[edge] = 235                                 # light outline
+    px, py = 8, gy
+    dst = img[py:py + S, px:px + S]
+    dst[mask] = np.clip(piece[mask] * 1.1 + 15, 0, 255)
+    dst[edge] = 250
+    return np.clip(img, 0, 255).astype(np.uint8)[:, :, ::-1]  # RGB -> BGR
+
+
+def slider_input():
+    """captcha-recognizer 1.0.2 (captcha_recognizer/slider.py) before its /255: letterbox to 640x640 (bilinear
+    resize to 640x399, grey 114 padding), BGR -> RGB, CHW, float 0..255.  Close to, not exactly, the package's:
+    it resizes with cv2 INTER_LINEAR and pads 120 rows above and below (639 rows), then stretches to 640; here
+    Pillow resizes and the 120 rows above leave 121 below."""
+    bgr = slider_captcha(5)
+    h, w = bgr.shape[:2]
+    r = min(640 / h, 640 / w)
+    nw, nh = int(round(w * r)), int(round(h * r))
+    rs = np.asarray(Image.fromarray(bgr).resize((nw, nh), Image.Resampling.BILINEAR))
+    top = int(round((640 - nh) / 2))
+    canvas = np.full((640, 640, 3), 114, np.uint8)
+    canvas[top:top + nh, :nw] = rs[: 640 - top]
+    return nchw(canvas[..., ::-1])
+
+
 # ----------------------------------------------------------------- cases
 def captcha_grey():
     return gray(captcha(64, 160, "7K3P", 4, 1))[None, None].astype(np.float32)
@@ -306,6 +547,19 @@ def build(chained=True):
         "eval_dnsmos_utterance_int16.npz": {"input_1": utterance(9.01)[None].astype(np.float32)},
         # the same chunk divided by 32768 (not what openwakeword does; control)
         "eval_oww_melspec_normalised.npz": {"input": (utterance(0.11) / 32768.0)[None].astype(np.float32)},
+        # brainmaze-eeg-models 0.1.0 OpenSpindleNet (eeg): the windows in microvolts and their bare scalogram, both
+        # z-scorings skipped
+        "eval_spindle_eeg_n2_microvolts.npz": spindle_feeds(spindle_windows()),
+        # the same from the amplifier's raw ADC counts (OpenBCI Cyton, uV x 44.74)
+        "eval_spindle_eeg_n2_openbci_counts.npz": spindle_feeds(openbci_counts(spindle_windows())),
+        # brainmaze-eeg-models 0.1.0 seizure modelA: the raw PSD of the microvolt iEEG, no z-scoring
+        "eval_seizure_ieeg_300s_psd.npz": {"x": seizure_raw_psd()},
+        # captcha-recognizer 1.0.2 slider (YOLO11s-seg): letterboxed to 640, RGB, /255
+        "eval_slider_captcha.npz": {"images": slider_input() / 255},
+        # the same without /255: raw 0..255 pixels
+        "eval_slider_captcha_rawpixels.npz": {"images": slider_input()},
+        # captcha-whisperer 0.1.0 CRNN: BGR, 0..255 as the package feeds it
+        "eval_captcha_5GTYV.npz": {"image": whisperer_captcha()},
     }
     if chained:
         wins, emb = oww_embeddings(utterance(2.2))

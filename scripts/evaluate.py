@@ -135,7 +135,10 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
         except Exception as exc:  # an appraisal only: say why it could not be made
             result["cause"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     else:
-        result["error"] = output.strip().splitlines()[-1][:300] if output.strip() else f"exit {code}"
+        # Polygraphy's own word ("[!] The following outputs were not found..."), not the note lines after it
+        lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
+        lines = [line for line in lines if line.startswith("[!]")] or lines
+        result["error"] = lines[-1][:300] if lines else f"exit {code}"
     return result
 
 
@@ -192,7 +195,7 @@ def cell(run: dict | None) -> str:
     if not run:
         return "-"
     if "nodes" not in run or run.get("nodes") is None:
-        return f"error ({run.get('error', '')[:60]})"
+        return f"error ({run.get('error', '')[:90]})"
     if run.get("status") not in (None, "reduced"):
         return f"{run['nodes']} / {run['checks']} / {run['seconds']:.1f} ({run['status']})"
     return f"{run['nodes']} / {run['checks']} / {run['seconds']:.1f}"
@@ -263,6 +266,14 @@ def _ours_is_not_larger(cmd: dict, pg: dict) -> str:
     return "NO"
 
 
+def _ratio(ours: dict, pg: dict) -> float | None:
+    """Our checks over Polygraphy's, where both ran to a result (Polygraphy's error after some checks, as on an
+    LSTM whose optional outputs are unnamed, leaves nothing to compare) and there was something to reduce."""
+    if pg.get("nodes") is None or not pg.get("checks") or ours.get("checks") is None:
+        return None
+    return None if ours.get("status") == "not-failing" else ours["checks"] / pg["checks"]
+
+
 def render(rows: list[dict], missing: list[str] = ()) -> str:
     rows = list({row["name"]: row for row in rows}.values())  # a case run again: its last run
     import onnxruntime
@@ -287,9 +298,7 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
     ratios = []
     for r in rows:
         pg, cmd, bi = r["polygraphy"], r["command"], r.get("builtin")
-        ratio = (cmd["checks"] / pg["checks"]) if pg.get("checks") and cmd.get("checks") is not None else None
-        if cmd.get("status") == "not-failing":  # nothing to reduce under this runner: no comparison
-            ratio = None
+        ratio = _ratio(cmd, pg)
         if ratio is not None:
             ratios.append(ratio)
         size = _ours_is_not_larger(cmd, pg)
@@ -311,7 +320,7 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
                   "|---|---:|---:|---:|---:|---|"]
         for r in kept:
             pg, ours = r["polygraphy"], r["keep_fp32"]
-            ratio = f"{ours['checks'] / pg['checks']:.2f}" if pg.get("checks") and ours.get("checks") else "-"
+            ratio = f"{_ratio(ours, pg):.2f}" if _ratio(ours, pg) is not None else "-"
             lines.append(f"| {r['name']} | {cell(pg)} | {cell(r['command'])} | {cell(ours)} | {ratio} "
                          f"| {cause_cell(ours)} |")
     if missing:
@@ -332,20 +341,24 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows already in --results and run only the entries not there yet")
     parser.add_argument("--render-only", action="store_true", help="write the table from --results; run nothing")
+    parser.add_argument("--manifest", default=str(MANIFEST),
+                        help="another set in the same format (its models and inputs relative to its folder)")
     args = parser.parse_args()
+    manifest = Path(args.manifest).resolve()
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     rows = ([json.loads(line) for line in results.read_text().splitlines() if line.strip()]
             if (args.resume or args.render_only) and results.exists() else [])
     done = {row["name"] for row in rows}
-    entries = [e for e in json.loads(MANIFEST.read_text()) if not args.only or e["name"] in args.only]
+    entries = [{**e, "model": str(manifest.parent / e["model"]), "inputs": str(manifest.parent / e["inputs"])}
+               for e in json.loads(manifest.read_text()) if not args.only or e["name"] in args.only]
     if args.runner:
         entries = [{**e, "runner": args.runner, "name": f"{e['name']}@{args.runner}"} for e in entries]
     entries = [e for e in entries if e["name"] not in done]
     if args.render_only:
         entries = []
     elif any(not (CORPUS / e["model"]).exists() for e in entries):  # a GPU machine has no network
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py"), "--manifest", str(MANIFEST)],
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py"), "--manifest", str(manifest)],
                        check=True)
     with results.open("a" if rows else "w") as sink:
         for entry in entries:
@@ -358,7 +371,7 @@ def main() -> int:
     text = output.read_text() if output.exists() else ""
     before, _, after = text.partition(SECTION)
     rest = ("\n## " + after.split("\n## ", 1)[1]) if "\n## " in after else ""
-    missing = [] if args.runner else [e["name"] for e in json.loads(MANIFEST.read_text())
+    missing = [] if args.runner else [e["name"] for e in json.loads(manifest.read_text())
                                       if e["name"] not in {r["name"] for r in rows}]
     output.write_text(before.rstrip() + "\n\n" + render(rows, missing) + rest)
     return 0
