@@ -135,11 +135,16 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
         except Exception as exc:  # an appraisal only: say why it could not be made
             result["cause"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     else:
-        # Polygraphy's own word ("[!] The following outputs were not found..."), not the note lines after it
-        lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
-        lines = [line for line in lines if line.startswith("[!]")] or lines
-        result["error"] = lines[-1][:300] if lines else f"exit {code}"
+        result["error"] = polygraphy_error(output, code)
     return result
+
+
+def polygraphy_error(output: str, code: int) -> str:
+    """Polygraphy's own word on why it stopped ("[!] The following outputs were not found in the model"), not the
+    note lines it prints after it; else its last line."""
+    lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
+    lines = [line for line in lines if line.startswith("[!]")] or lines
+    return lines[-1][:300] if lines else f"exit {code}"
 
 
 def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appraise: bool = False) -> dict:

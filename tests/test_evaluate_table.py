@@ -1,0 +1,53 @@
+"""scripts/evaluate.py's table: a Polygraphy run that stopped with an error is no comparison (its checks are not
+a ratio, nor in the median), and its cell shows Polygraphy's own word."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "evaluate.py"
+
+
+@pytest.fixture(scope="module")
+def evaluate():
+    spec = importlib.util.spec_from_file_location("evaluate_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# what polygraphy debug reduce printed when it could not cut at an LSTM's unnamed optional output (abridged)
+POLYGRAPHY_OUTPUT = """[I]     RUNNING | Iteration 4 | Approximately 1 iteration(s) remaining
+[E] FAILED | Runtime: 4.956s | Command: polygraphy debug reduce model.onnx -o reduced.onnx --mode=bisect
+[!]             The following outputs were not found in the model: {''}.
+                Note: outputs requested were: {''}, but all outputs are: {'/lstm/LSTM_output_1', 'probs'}
+"""
+
+
+def row(name: str, polygraphy: dict, ours: dict) -> dict:
+    return {"name": name, "nodes_before": 45, "runner": "onnxruntime:cpu:fp16", "fail_on": "tolerance",
+            "package": "pkg==1.0", "polygraphy": polygraphy, "command": ours}
+
+
+def test_polygraphy_error_is_its_own_word(evaluate):
+    said = evaluate.polygraphy_error(POLYGRAPHY_OUTPUT, 1)
+    assert said == "[!] The following outputs were not found in the model: {''}."
+    assert evaluate.polygraphy_error("", 3) == "exit 3"
+    assert evaluate.polygraphy_error("last line\n  \n", 1) == "last line"
+
+
+def test_an_errored_polygraphy_run_is_no_comparison(evaluate):
+    ours = {"nodes": 7, "checks": 16, "seconds": 10.0, "status": "reduced"}
+    errored = {"checks": 8, "seconds": 6.0, "exit": 1, "error": evaluate.polygraphy_error(POLYGRAPHY_OUTPUT, 1)}
+    finished = {"nodes": 3, "checks": 10, "seconds": 5.0, "exit": 0}
+    assert evaluate._ratio(ours, errored) is None
+    assert evaluate._ratio(ours, finished) == pytest.approx(1.6)
+    assert evaluate._ratio({**ours, "status": "not-failing"}, finished) is None
+    table = evaluate.render([row("lstm", errored, ours), row("conv", finished, {**ours, "checks": 5})])
+    lstm = next(line for line in table.splitlines() if line.startswith("| lstm "))
+    assert "error ([!] The following outputs were not found in the model" in lstm
+    assert lstm.split(" | ")[6] == "-"  # the ratio column
+    assert "median 0.50, largest 0.50" in table  # the errored row is in neither
