@@ -60,12 +60,12 @@ def capture(entry: dict, work: Path) -> tuple[Path, Path]:
     from reducer.options import InputOptions
     from reducer.session import prepare
 
-    _, store = prepare(str(CORPUS / entry["model"]), InputOptions(inputs=str(CORPUS / entry["inputs"])),
+    _, store = prepare(entry["model"], InputOptions(inputs=entry["inputs"]),
                        work / "ref", Progress())
     tensors = work / "tensors.npz"
     np.savez(tensors, **{name: np.asarray(store.load(name)) for name in store.records})
     given = work / "model_inputs.json"
-    with np.load(CORPUS / entry["inputs"]) as data:
+    with np.load(entry["inputs"]) as data:
         save_json([{name: data[name] for name in data.files}], str(given))
     return tensors, given
 
@@ -82,7 +82,7 @@ def cause_of(entry: dict, node_names: list[str], work: Path) -> dict:
     from reducer.model import load_model
     from reducer.options import OracleOptions, build_oracle
 
-    model = load_model(str(CORPUS / entry["model"]))
+    model = load_model(entry["model"])
     store_dir = work / "ref" / "activations"
     store = ActivationStore.open(store_dir, json.loads((store_dir / "index.json").read_text())["key"])
     options = OracleOptions(runner=entry["runner"], fail_on=entry["fail_on"], atol=entry.get("atol", 1e-5),
@@ -117,14 +117,14 @@ def oracle_flags(entry: dict) -> list[str]:
 
 def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, work: Path, timeout: float) -> dict:
     cwd = Path(tempfile.mkdtemp(dir=work))
-    argv = ["polygraphy", "debug", "reduce", str(CORPUS / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
+    argv = ["polygraphy", "debug", "reduce", entry["model"], "-o", "reduced.onnx", "--mode=bisect",
             "--load-inputs", str(given), "--fail-code", "1", "--check", *command]
     seconds, output, code = timed(argv, cwd, timeout)
     result = {"seconds": seconds, "checks": len(re.findall(r"Running check command", output)), "exit": code}
     if (cwd / "reduced.onnx").exists():
         reduced = onnx.load(str(cwd / "reduced.onnx"), load_external_data=False)
         result["nodes"] = len(reduced.graph.node)
-        original = {i.name for i in onnx.load(str(CORPUS / entry["model"]), load_external_data=False).graph.input}
+        original = {i.name for i in onnx.load(entry["model"], load_external_data=False).graph.input}
         with np.load(tensors) as captured:  # what its cut inputs are fed: beyond fp16's range is no onset
             fed = [float(np.abs(captured[i.name]).max()) for i in reduced.graph.input
                    if i.name not in original and i.name in captured.files and captured[i.name].dtype.kind == "f"
@@ -149,8 +149,8 @@ def polygraphy_error(output: str, code: int) -> str:
 
 def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appraise: bool = False) -> dict:
     out = Path(tempfile.mkdtemp(dir=work)) / "out"
-    argv = [sys.executable, "-m", "reducer", "reduce", str(CORPUS / entry["model"]), "--inputs",
-            str(CORPUS / entry["inputs"]), "-o", str(out), *flags]
+    argv = [sys.executable, "-m", "reducer", "reduce", entry["model"], "--inputs",
+            entry["inputs"], "-o", str(out), *flags]
     seconds, output, code = timed(argv, ROOT, timeout)
     result = {"seconds": seconds, "exit": code}
     if not (out / "report.json").exists():
@@ -325,8 +325,9 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
                   "|---|---:|---:|---:|---:|---|"]
         for r in kept:
             pg, ours = r["polygraphy"], r["keep_fp32"]
-            ratio = f"{_ratio(ours, pg):.2f}" if _ratio(ours, pg) is not None else "-"
-            lines.append(f"| {r['name']} | {cell(pg)} | {cell(r['command'])} | {cell(ours)} | {ratio} "
+            ratio = _ratio(ours, pg)
+            shown = f"{ratio:.2f}" if ratio is not None else "-"
+            lines.append(f"| {r['name']} | {cell(pg)} | {cell(r['command'])} | {cell(ours)} | {shown} "
                          f"| {cause_cell(ours)} |")
     if missing:
         lines += ["", f"Not run yet ({len(missing)} of {len(rows) + len(missing)}): {', '.join(missing)} "
@@ -355,14 +356,16 @@ def main() -> int:
     rows = ([json.loads(line) for line in results.read_text().splitlines() if line.strip()]
             if (args.resume or args.render_only) and results.exists() else [])
     done = {row["name"] for row in rows}
+    listed = json.loads(manifest.read_text())
+    # the manifest's paths are relative to its folder: resolved here, once, for every step that reads them
     entries = [{**e, "model": str(manifest.parent / e["model"]), "inputs": str(manifest.parent / e["inputs"])}
-               for e in json.loads(manifest.read_text()) if not args.only or e["name"] in args.only]
+               for e in listed if not args.only or e["name"] in args.only]
     if args.runner:
         entries = [{**e, "runner": args.runner, "name": f"{e['name']}@{args.runner}"} for e in entries]
     entries = [e for e in entries if e["name"] not in done]
     if args.render_only:
         entries = []
-    elif any(not (CORPUS / e["model"]).exists() for e in entries):  # a GPU machine has no network
+    elif any(not Path(e["model"]).exists() for e in entries):  # a GPU machine has no network
         subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py"), "--manifest", str(manifest)],
                        check=True)
     with results.open("a" if rows else "w") as sink:
@@ -376,8 +379,7 @@ def main() -> int:
     text = output.read_text() if output.exists() else ""
     before, _, after = text.partition(SECTION)
     rest = ("\n## " + after.split("\n## ", 1)[1]) if "\n## " in after else ""
-    missing = [] if args.runner else [e["name"] for e in json.loads(manifest.read_text())
-                                      if e["name"] not in {r["name"] for r in rows}]
+    missing = [] if args.runner else [e["name"] for e in listed if e["name"] not in {r["name"] for r in rows}]
     output.write_text(before.rstrip() + "\n\n" + render(rows, missing) + rest)
     return 0
 
