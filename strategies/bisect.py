@@ -5,23 +5,29 @@ checks are often needless once the prefix's last node is tried alone."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import networkx as nx
 
 from reducer.candidate import Candidate
 from strategies.base import SearchContext
+from strategies.cone import failing_cones
 from strategies.localize import grown, with_producers
 
 Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; returns the candidate it ends on
 
 
-def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[int, ...] = ()) -> Cut:
+def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[int, ...] = (),
+            narrow: Callable[[Candidate], frozenset[int] | None] | None = None) -> Cut:
     """Search of how many nodes can go from one end of the topological order: binary with one check at
     a time; with `ways` checks at once (--jobs), each step probes `ways` cut points, most removed first,
     splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks).
-    `hints`: cut points to probe first, in order, while the search has not already settled them."""
+    `hints`: cut points to probe first, in order, while the search has not already settled them.
+    `narrow(failing)`: a smaller node set worth one check once a probe fails (where the failure shows); taken,
+    the search goes on within it: each probe keeps only its nodes, a probe that would keep all of them is known
+    to fail and one that would keep none is known not to (neither is checked)."""
     nodes = current.ordered()
+    inside = current.nodes  # what a probe may keep: narrowed, the accepted smaller set
     removable, too_many = 0, len(nodes)  # removing `removable` is known to fail; all is empty
     hints = list(hints)
     while too_many - removable > 1:
@@ -31,13 +37,24 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
             cuts, hints = sorted(hints[:ways], reverse=True), hints[ways:]
         else:
             cuts = sorted({removable + gap * k // (ways + 1) for k in range(1, ways + 1)} - {removable}, reverse=True)
-        probes = [current.keeping(nodes[cut:] if from_front else nodes[: len(nodes) - cut]) for cut in cuts]
+        kept = [inside & frozenset(nodes[cut:] if from_front else nodes[: len(nodes) - cut]) for cut in cuts]
+        known = [(cut, bool(k)) for cut, k in zip(cuts, kept, strict=True) if not k or k == current.nodes]
+        if known:  # settled without a check: narrowed, the cut removes nothing of it, or all of it
+            for cut, fails in known:
+                removable, too_many = (max(removable, cut), too_many) if fails else (removable, min(too_many, cut))
+            continue
+        probes = [current.keeping(k) for k in kept]
         winner = yield probes
         if winner is None:
             too_many = cuts[-1]
-        else:
-            removable, current = cuts[winner], probes[winner]
-            too_many = cuts[winner - 1] if winner > 0 else too_many
+            continue
+        removable, current = cuts[winner], probes[winner]
+        too_many = cuts[winner - 1] if winner > 0 else too_many
+        smaller = narrow(current) if narrow is not None and too_many - removable > 1 else None
+        if smaller and len(smaller) < len(current):
+            narrowed = current.keeping(smaller)
+            if (yield [narrowed]) is not None:
+                current, inside = narrowed, smaller
     return current
 
 
@@ -52,7 +69,8 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     nodes = current.ordered()
     origin = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
     hints = () if origin is None else (len(nodes) - origin - 1, len(nodes) - origin)
-    current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints)
+    current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints,
+                                 narrow=lambda failing: failing_cone(failing, context))
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
@@ -64,6 +82,17 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
             if winner is not None:
                 current = batch[winner]
     return current
+
+
+def failing_cone(failing: Candidate, context: SearchContext) -> frozenset[int] | None:
+    """What of a failing prefix feeds the outputs that fail, where the oracle names them and that drops at least a
+    quarter of it: a prefix keeps every branch above its cut (a bidirectional LSTM's other direction,
+    captcha-whisperer's 306 of 598 nodes), and the cone, computing the failing tensors as the prefix did, fails
+    the same way; only its proof is in doubt. One check to skip them, where the prefix's own last node's cone comes
+    only at the search's end, which a tight budget may not reach."""
+    cones = failing_cones(failing, context)
+    cone = frozenset().union(*cones)
+    return cone if cones and 4 * len(cone) <= 3 * len(failing) else None
 
 
 class BoundaryBisection:

@@ -147,6 +147,60 @@ def test_prefix_then_suffix_is_bisect_in_the_same_checks(tmp_path):
     assert (final, prefix_calls + suffix_calls) == drive(bisect, start, fails, context)
 
 
+def two_directions_model(tmp_path, length: int):
+    """Two chains from one input, interleaved in the topological order (f0, b0, f1, b1, ...) and joined at the
+    end, as a bidirectional LSTM's directions are: a prefix ending in one of them holds the other as well."""
+    nodes = []
+    for k in range(length):
+        for side in "fb":
+            nodes.append(helper.make_node("Sin" if side == "f" else "Cos", [f"{side}{k - 1}" if k else "x"],
+                                          [f"{side}{k}"], name=f"{side}{k}"))
+    nodes.append(helper.make_node("Add", [f"f{length - 1}", f"b{length - 1}"], ["y"], name="join"))
+    graph = helper.make_graph(nodes, "two_directions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "two_directions.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return load_model(path)
+
+
+def test_prefix_goes_on_within_the_failing_outputs_cone_once_the_oracle_names_them(tmp_path):
+    """A prefix holds every branch above its cut. Where the oracle names the failing tensors, the first failing
+    probe's cone is tried at once (one check), and the search goes on within it: the other direction is gone
+    before the search ends, whatever the budget, and no probe repeats one known to fail or is empty."""
+    model = two_directions_model(tmp_path, length=32)  # 65 nodes
+    culprit = model.producer["b20"]
+    backward = {model.producer[f"b{k}"] for k in range(32)}
+    context = SearchContext(model, ("y",))
+    (prefix,) = make_strategies(["prefix"])
+    proposals = prefix.search(Candidate(frozenset(range(len(model)))), context)
+    asked, failing_seen, calls = [], False, 0
+    batch = next(proposals)
+    try:
+        while True:
+            winner = None
+            for index, candidate in enumerate(batch):
+                calls += 1
+                asked.append(candidate.nodes)
+                if failing_seen:
+                    assert not candidate.nodes - backward  # within the cone from the first failing probe on
+                if culprit in candidate.nodes:
+                    winner = index
+                    # the driver's update: the failing tensor is the last backward node kept (its error flows down)
+                    last = max(n for n in candidate.nodes if n in backward)
+                    context.failing_outputs = (model.nodes[last].output[0],)
+                    break
+            if winner is not None and not failing_seen:
+                failing_seen = True
+                first_failing = batch[winner].nodes
+            batch = proposals.send(winner)
+    except StopIteration as stop:
+        final = stop.value
+    assert first_failing - backward  # the first failing probe held forward nodes
+    assert final.nodes == {culprit}
+    assert len(asked) == len(set(asked)) and all(asked)
+    assert calls <= 2 * len(model).bit_length()
+
+
 @pytest.mark.parametrize("needed", [{20, 30}, {0}, {63}, {5, 6, 7}, {1, 62}])
 def test_bisect_with_parallel_checks_reaches_the_same_model_in_fewer_steps(tmp_path, needed):
     """With --jobs N each step probes N cut points at once (all of them checked: the driver runs the window
