@@ -18,12 +18,13 @@ Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; return
 
 
 def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[int, ...] = (),
-            narrow: Callable[[Candidate], frozenset[int] | None] | None = None) -> Cut:
+            narrow: Callable[[Candidate, frozenset[int]], frozenset[int] | None] | None = None) -> Cut:
     """Search of how many nodes can go from one end of the topological order: binary with one check at
     a time; with `ways` checks at once (--jobs), each step probes `ways` cut points, most removed first,
     splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks).
     `hints`: cut points to probe first, in order, while the search has not already settled them.
-    `narrow(failing)`: a smaller node set worth one check once a probe fails (where the failure shows); taken,
+    `narrow(failing, passing)`: a smaller node set worth one check once a probe fails, given the largest probe known
+    to pass (where the failure shows); taken,
     the search goes on within it: each probe keeps only its nodes, a probe that would keep all of them is known
     to fail and one that would keep none is known not to (neither is checked)."""
     nodes = current.ordered()
@@ -50,7 +51,8 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
             continue
         removable, current = cuts[winner], probes[winner]
         too_many = cuts[winner - 1] if winner > 0 else too_many
-        smaller = narrow(current) if narrow is not None and too_many - removable > 1 else None
+        passing = inside & frozenset(nodes[too_many:] if from_front else nodes[: len(nodes) - too_many])
+        smaller = narrow(current, passing) if narrow is not None and too_many - removable > 1 else None
         if smaller and len(smaller) < len(current):
             narrowed = current.keeping(smaller)
             if (yield [narrowed]) is not None:
@@ -64,13 +66,14 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     command) can still give, for about log2(n) checks: the last node alone (grown upwards until what
     feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next.
     Where the reference holds a value the target cannot (an fp16 overflow), the prefix ending at the first
-    node that computes one is probed first, then that prefix without it: an overflow shows where it starts."""
+    node that computes one is probed first, then that prefix without it: an overflow shows where it starts.
+    A failing probe's failing tensors' cone is tried as soon as it fails (failing_cone), not at the end only."""
     before = len(current)
     nodes = current.ordered()
     origin = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
     hints = () if origin is None else (len(nodes) - origin - 1, len(nodes) - origin)
     current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints,
-                                 narrow=lambda failing: failing_cone(failing, context))
+                                 narrow=lambda failing, passing: failing_cone(failing, passing, context))
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
@@ -84,15 +87,25 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     return current
 
 
-def failing_cone(failing: Candidate, context: SearchContext) -> frozenset[int] | None:
-    """What of a failing prefix feeds the outputs that fail, where the oracle names them and that drops at least a
-    quarter of it: a prefix keeps every branch above its cut (a bidirectional LSTM's other direction,
-    captcha-whisperer's 306 of 598 nodes), and the cone, computing the failing tensors as the prefix did, fails
-    the same way; only its proof is in doubt. One check to skip them, where the prefix's own last node's cone comes
-    only at the search's end, which a tight budget may not reach."""
+def failing_cone(failing: Candidate, passing: frozenset[int], context: SearchContext) -> frozenset[int] | None:
+    """What of a failing prefix computes the tensors that fail, where that drops at least a quarter of it: a prefix
+    keeps every branch above its cut (a bidirectional LSTM's other direction: captcha-whisperer's 306 of 598
+    nodes), the cone only what the failure reads, computed as the prefix computed it, so it fails the same way;
+    only its proof is in doubt. One check, where the prefix's own last node's cone comes only at the search's end,
+    which a tight budget may not reach. The tensors are the oracle's where it names them; else (a command) they
+    are among the outputs the prefix leaves unread that a node of it, not of `passing` (a shorter prefix that
+    passed), writes: one both leave unread is computed alike in both, and passed."""
     cones = failing_cones(failing, context)
-    cone = frozenset().union(*cones)
-    return cone if cones and 4 * len(cone) <= 3 * len(failing) else None
+    if cones:
+        cone = frozenset().union(*cones)
+    else:
+        model = context.model
+        cut = model.cut_by(failing.numbers)
+        shown = [*(name for name in model.graph_outputs if cut.writes(name)), *cut.unread]
+        writers = {model.producer_in(name, failing.nodes) for name in shown} - passing - {None}
+        graph = model.dag.subgraph(failing.nodes)
+        cone = frozenset().union(*(nx.ancestors(graph, w) | {w} for w in writers))
+    return cone if cone and 4 * len(cone) <= 3 * len(failing) else None
 
 
 class BoundaryBisection:

@@ -147,14 +147,16 @@ def test_prefix_then_suffix_is_bisect_in_the_same_checks(tmp_path):
     assert (final, prefix_calls + suffix_calls) == drive(bisect, start, fails, context)
 
 
-def two_directions_model(tmp_path, length: int):
-    """Two chains from one input, interleaved in the topological order (f0, b0, f1, b1, ...) and joined at the
-    end, as a bidirectional LSTM's directions are: a prefix ending in one of them holds the other as well."""
+def two_directions_model(tmp_path, length: int, interleaved: bool = True):
+    """Two chains from one input, joined at the end, as a bidirectional LSTM's directions are: interleaved in
+    the topological order (f0, b0, f1, b1, ...) or one after the other; a prefix ending in the backward one holds
+    the forward one as well."""
+    steps = [(k, side) for k in range(length) for side in "fb"] if interleaved else \
+        [(k, side) for side in "fb" for k in range(length)]
     nodes = []
-    for k in range(length):
-        for side in "fb":
-            nodes.append(helper.make_node("Sin" if side == "f" else "Cos", [f"{side}{k - 1}" if k else "x"],
-                                          [f"{side}{k}"], name=f"{side}{k}"))
+    for k, side in steps:
+        nodes.append(helper.make_node("Sin" if side == "f" else "Cos", [f"{side}{k - 1}" if k else "x"],
+                                      [f"{side}{k}"], name=f"{side}{k}"))
     nodes.append(helper.make_node("Add", [f"f{length - 1}", f"b{length - 1}"], ["y"], name="join"))
     graph = helper.make_graph(nodes, "two_directions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
@@ -199,6 +201,32 @@ def test_prefix_goes_on_within_the_failing_outputs_cone_once_the_oracle_names_th
     assert final.nodes == {culprit}
     assert len(asked) == len(set(asked)) and all(asked)
     assert calls <= 2 * len(model).bit_length()
+
+
+def test_a_command_prefix_goes_on_within_the_cone_of_what_the_passing_prefix_did_not_write(tmp_path):
+    """A command names no failing tensor; but the one that fails in a failing prefix is among those it leaves
+    unread that the largest passing prefix did not write (one both leave unread is computed alike in both). Its
+    cone drops the forward chain, which the order puts first, from the first failing probe on."""
+    model = two_directions_model(tmp_path, length=16, interleaved=False)  # f0..f15, b0..b15, join
+    culprit = model.producer["b10"]
+    forward = {model.producer[f"f{k}"] for k in range(16)}
+    context = SearchContext(model, ())  # a command's verdicts name no output
+    (prefix,) = make_strategies(["prefix"])
+    proposals = prefix.search(Candidate(frozenset(range(len(model)))), context)
+    asked, failing_seen, batch = [], False, next(proposals)
+    try:
+        while True:
+            winner = next((i for i, candidate in enumerate(batch) if culprit in candidate.nodes), None)
+            asked += [candidate.nodes for candidate in batch[: len(batch) if winner is None else winner + 1]]
+            if failing_seen:
+                assert all(not candidate.nodes & forward for candidate in batch)
+            failing_seen |= winner is not None
+            batch = proposals.send(winner)
+    except StopIteration as stop:
+        final = stop.value
+    assert final.nodes == {culprit}
+    assert len(asked) == len(set(asked))
+    assert len(asked) <= 2 * len(model).bit_length()
 
 
 @pytest.mark.parametrize("needed", [{20, 30}, {0}, {63}, {5, 6, 7}, {1, 62}])
