@@ -155,6 +155,8 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append(f"**Shown to be the cause**: the whole original model, with these nodes {how} and nothing "
                      f"else changed, {'stops failing' if not cause.get('still_failing') else 'fails far less'}"
                      f"{counted}.")
+        if cause.get("still_failing") and cause.get("after_in_words"):  # a tenth of all outputs' elements: say whose
+            lines.append(f"What still fails then: {cause['after_in_words']} (before: {cause.get('before_in_words')}).")
         if cause["method"] == "reference":  # its limit, in words
             below = cause.get("downstream_failing_elements")
             lines.append("Fed from the reference, their values also stand in for any error that reached them from "

@@ -235,6 +235,10 @@ class Proof:
             "exact_nodes": len(self.exact or self.nodes),
             "exact_constants": self.constants,
         }
+        if after and after.failing and after.signature and after.signature.outputs:  # where the oracle names them:
+            # which outputs keep failing, in words per output, since the tenth counts them all together
+            data["still_failing_outputs"] = list(after.signature.outputs)
+            data["after_in_words"], data["before_in_words"] = after.reason, original.reason
         if "downstream" in self.verdicts:
             below = self.verdicts["downstream"]
             data["downstream_failing_elements"] = below.elements if below and below.failing else 0

@@ -164,6 +164,48 @@ def test_the_reference_method_proves_the_same_cause(planted, tmp_path):
     assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
 
 
+def test_what_a_proven_repro_leaves_failing_is_said_output_by_output(tmp_path):
+    """"Carries the failure" counts a tenth of all outputs' failing elements together: a repro that takes away one
+    output's failure (64 elements) carries it though another output's (1 element) stays. report.json and report.md
+    say which outputs still fail, and how, beside how they failed before."""
+    from reducer.bundle_report import _cause_lines
+    from reducer.candidate import Candidate
+    from reducer.options import OracleOptions
+
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["bn"], name="cause_bn"),
+        helper.make_node("Sigmoid", ["bn"], ["y1"], name="squash"),
+        helper.make_node("ReduceMax", ["x"], ["top"], name="top", keepdims=1),
+        helper.make_node("Mul", ["top", "w_round"], ["a"], name="scaled_rounded"),  # 1000.1 is 1000 in fp16
+        helper.make_node("Mul", ["top", "w_exact"], ["b"], name="scaled_exact"),
+        helper.make_node("Sub", ["a", "b"], ["y2"], name="difference"),  # 0.1 * top, and 0 in fp16
+    ]
+    initializers = [_const("scale", [1000.0]), _const("bias", [-2.0]), _const("mean", [0.0]), _const("var", [1e6]),
+                    _const("w_round", [1000.1]), _const("w_exact", [1000.0])]
+    graph = helper.make_graph(nodes, "two_outputs",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+                              [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 1, 8, 8]),
+                               helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 1, 1, 1])], initializers)
+    path = tmp_path / "two_outputs.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, (1, 1, 8, 8)).astype(np.float32))
+    model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
+                                                                atol=0.01, rtol=0.01))
+    try:
+        original = reduction.start()
+        assert set(original.signature.outputs) == {"y1", "y2"} and original.elements == 65
+        bn = {node.name: i for i, node in enumerate(model.nodes)}["cause_bn"]
+        proof = reduction.proof(Candidate(frozenset({bn})))
+        cause = proof.to_json(original)
+        assert proof.holds and cause["failing_elements_after"] == 1 and cause["still_failing_outputs"] == ["y2"]
+        assert cause["after_in_words"].startswith("y2: 1 of 1 mismatched")
+        assert "y1: 64 of 64" in cause["before_in_words"]
+        said = "\n".join(_cause_lines({"checked": True, **cause}, None, 1))  # as session.py reports it
+        assert "What still fails then: y2: 1 of 1 mismatched" in said and "before: " in said
+    finally:
+        reduction.close()
+
+
 def spread_model(path: Path, length: int = 40) -> None:
     """A chain of Mul nodes by 1.0003, which fp16 rounds to 1.0: each node alone is within 1e-3 (3e-4 off),
     the chain is not (1.2% off). No node carries the failure; most of the chain must be exact to fix it."""
