@@ -11,7 +11,6 @@ import networkx as nx
 
 from reducer.candidate import Candidate
 from strategies.base import SearchContext
-from strategies.cone import failing_cones
 from strategies.localize import grown, with_producers
 
 Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; returns the candidate it ends on
@@ -95,17 +94,21 @@ def failing_cone(failing: Candidate, passing: frozenset[int], context: SearchCon
     which a tight budget may not reach. The tensors are the oracle's where it names them; else (a command) they
     are among the outputs the prefix leaves unread that a node of it, not of `passing` (a shorter prefix that
     passed), writes: one both leave unread is computed alike in both, and passed."""
-    cones = failing_cones(failing, context)
-    if cones:
-        cone = frozenset().union(*cones)
-    else:
-        model = context.model
+    model = context.model
+    sources = set(context.failing_producers(failing))
+    if not sources and passing:  # `passing` empty, they are every output the prefix shows: its whole live part
         cut = model.cut_by(failing.numbers)
         shown = [*(name for name in model.graph_outputs if cut.writes(name)), *cut.unread]
-        writers = {model.producer_in(name, failing.nodes) for name in shown} - passing - {None}
-        graph = model.dag.subgraph(failing.nodes)
-        cone = frozenset().union(*(nx.ancestors(graph, w) | {w} for w in writers))
-    return cone if cone and 4 * len(cone) <= 3 * len(failing) else None
+        sources = {model.producer_in(name, failing.nodes) for name in shown} - passing - {None}
+    # one walk up from all of them, within the prefix (a 50k-node prefix's subgraph view walked once per source
+    # would cost seconds)
+    cone, pending = set(sources), list(sources)
+    while pending:
+        for feeder in model.dag.predecessors(pending.pop()):
+            if feeder in failing.nodes and feeder not in cone:
+                cone.add(feeder)
+                pending.append(feeder)
+    return frozenset(cone) if cone and 4 * len(cone) <= 3 * len(failing) else None
 
 
 class BoundaryBisection:

@@ -13,9 +13,11 @@ class ConeOfInfluence:
     name = "cone"
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
-        cones = failing_cones(current, context)
-        if not cones:
+        producers = context.failing_producers(current)
+        if not producers:
             return
+        graph = context.model.dag.subgraph(current.nodes)
+        cones = [frozenset(nx.ancestors(graph, p) | {p}) for p in producers]
         options = sorted(set(cones), key=len)  # one failing output's cone first, smallest first
         union = frozenset().union(*cones)
         if union not in options:
@@ -23,10 +25,3 @@ class ConeOfInfluence:
         batch = [current.keeping(cone) for cone in options if len(cone) < len(current)]
         if batch:
             yield batch
-
-
-def failing_cones(current: Candidate, context: SearchContext) -> list[frozenset[int]]:
-    """Each failing output's ancestor cone within the candidate (none where the oracle does not name them)."""
-    producers = context.failing_producers(current)
-    graph = context.model.dag.subgraph(current.nodes)
-    return [frozenset(nx.ancestors(graph, p) | {p}) for p in producers]
