@@ -73,7 +73,12 @@ def computed(model: Model, run: CounterfactualRun) -> frozenset[int] | None:
 
 def live(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     """The nodes of `nodes` that some model output depends on through `nodes` alone."""
-    pending = [p for p in (model.producer_in(name, nodes) for name in model.graph_outputs) if p is not None]
+    return feeding(model, {model.producer_in(name, nodes) for name in model.graph_outputs} - {None}, nodes)
+
+
+def feeding(model: Model, sinks, nodes: frozenset[int]) -> frozenset[int]:
+    """`sinks` (of `nodes`) and the nodes of `nodes` they depend on through `nodes` alone: one walk up from all."""
+    pending = list(sinks)
     found = set(pending)
     while pending:
         for name in model.node_reads[pending.pop()]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Generator
 import networkx as nx
 
 from reducer.candidate import Candidate
+from reducer.counterfactual import feeding
 from strategies.base import SearchContext
 from strategies.localize import grown, with_producers
 
@@ -23,9 +24,9 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
     splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks).
     `hints`: cut points to probe first, in order, while the search has not already settled them.
     `narrow(failing, passing)`: a smaller node set worth one check once a probe fails, given the largest probe known
-    to pass (where the failure shows); taken,
-    the search goes on within it: each probe keeps only its nodes, a probe that would keep all of them is known
-    to fail and one that would keep none is known not to (neither is checked)."""
+    to pass (where the failure shows); taken, the search goes on within it: each probe keeps only its nodes, a
+    probe that would keep all of them is known to fail and one that would keep none is known not to (neither is
+    checked)."""
     nodes = current.ordered()
     inside = current.nodes  # what a probe may keep: narrowed, the accepted smaller set
     removable, too_many = 0, len(nodes)  # removing `removable` is known to fail; all is empty
@@ -50,8 +51,10 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
             continue
         removable, current = cuts[winner], probes[winner]
         too_many = cuts[winner - 1] if winner > 0 else too_many
+        if narrow is None or too_many - removable <= 1:
+            continue
         passing = inside & frozenset(nodes[too_many:] if from_front else nodes[: len(nodes) - too_many])
-        smaller = narrow(current, passing) if narrow is not None and too_many - removable > 1 else None
+        smaller = narrow(current, passing)
         if smaller and len(smaller) < len(current):
             narrowed = current.keeping(smaller)
             if (yield [narrowed]) is not None:
@@ -102,13 +105,8 @@ def failing_cone(failing: Candidate, passing: frozenset[int], context: SearchCon
         sources = {model.producer_in(name, failing.nodes) for name in shown} - passing - {None}
     # one walk up from all of them, within the prefix (a 50k-node prefix's subgraph view walked once per source
     # would cost seconds)
-    cone, pending = set(sources), list(sources)
-    while pending:
-        for feeder in model.dag.predecessors(pending.pop()):
-            if feeder in failing.nodes and feeder not in cone:
-                cone.add(feeder)
-                pending.append(feeder)
-    return frozenset(cone) if cone and 4 * len(cone) <= 3 * len(failing) else None
+    cone = feeding(model, sources, failing.nodes)
+    return cone if cone and 4 * len(cone) <= 3 * len(failing) else None
 
 
 class BoundaryBisection:
