@@ -40,6 +40,7 @@ MANIFEST = CORPUS / "evaluation.json"
 CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
 SECTION = "## Evaluation set"
 FP16_MAX = 65504.0
+ERROR_CAUSE = "an error: raising its message is the proof"
 
 
 def timed(argv: list[str], cwd: Path, timeout: float) -> tuple[float, str, int]:
@@ -311,9 +312,13 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
         size = _ours_is_not_larger(cmd, pg)
         failure = f"`{r['runner'].split(':', 1)[1]}` {r['fail_on']}"
         shown = f"{ratio:.2f}" if ratio is not None else "-"
+        causes = [cause_cell(pg), cause_cell(cmd), cause_cell(bi)]
+        if r["fail_on"] == "error":  # a message: each repro that raises it is shown by its own check
+            causes = [ERROR_CAUSE, cause_cell(cmd) + " (the command's failure taken for a numeric one)",
+                      ERROR_CAUSE]
         lines.append(f"| {r['name']} ({r['package'].split('==')[0]}) | {r['nodes_before']} | {failure} | {cell(pg)} "
-                     f"| {cause_cell(pg)} | {cell(cmd)} | {shown} | {size} | {cause_cell(cmd)} "
-                     f"| {'yes' if cmd.get('one_minimal') else 'no'} | {cell(bi)} | {cause_cell(bi)} |")
+                     f"| {causes[0]} | {cell(cmd)} | {shown} | {size} | {causes[1]} "
+                     f"| {'yes' if cmd.get('one_minimal') else 'no'} | {cell(bi)} | {causes[2]} |")
     if ratios:
         lines += ["", f"Checks, ours / Polygraphy's, same command: median {statistics.median(ratios):.2f}, "
                   f"largest {max(ratios):.2f} (targets: median <= 1.0, every model <= 1.5)."]
