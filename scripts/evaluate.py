@@ -312,10 +312,11 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
         size = _ours_is_not_larger(cmd, pg)
         failure = f"`{r['runner'].split(':', 1)[1]}` {r['fail_on']}"
         shown = f"{ratio:.2f}" if ratio is not None else "-"
-        causes = [cause_cell(pg), cause_cell(cmd), cause_cell(bi)]
         if r["fail_on"] == "error":  # a message: each repro that raises it is shown by its own check
             causes = [ERROR_CAUSE, cause_cell(cmd) + " (the command's failure taken for a numeric one)",
                       ERROR_CAUSE]
+        else:
+            causes = [cause_cell(pg), cause_cell(cmd), cause_cell(bi)]
         lines.append(f"| {r['name']} ({r['package'].split('==')[0]}) | {r['nodes_before']} | {failure} | {cell(pg)} "
                      f"| {causes[0]} | {cell(cmd)} | {shown} | {size} | {causes[1]} "
                      f"| {'yes' if cmd.get('one_minimal') else 'no'} | {cell(bi)} | {causes[2]} |")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator
 
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES, downstream
-from reducer.model import FLOAT_TYPES, MOVES, SELECTS, Model
+from reducer.model import Model
 from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
 
@@ -128,10 +128,7 @@ class FailureOrigin:
 
 def computes(model: Model, index: int) -> bool:
     """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
-    if index in model.input_independent or model.nodes[index].op_type in MOVES | SELECTS:
-        return False
-    types = [model.value_type(name) for name in model.node_writes[index]]
-    return any(t is None or t.tensor_type.elem_type in FLOAT_TYPES for t in types)
+    return index not in model.input_independent and model.computes_float(index)
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:

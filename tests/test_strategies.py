@@ -536,7 +536,7 @@ def test_selections_computed_from_rounded_inputs_give_the_rounded_exact_value():
     """Why the end search does not cut after a selection: ONNX Runtime computing it in fp16 from fp16 inputs gives,
     bit for bit, its fp32 output rounded to fp16, what a reader of its output fed from the reference gets. A node
     that computes (a Mul) does not."""
-    from strategies.origin import SELECTS
+    from reducer.model import SELECTS
 
     rng = np.random.default_rng(0)
     x, y = (rng.standard_normal((2, 1, 3, 8, 8)) * 100).astype(np.float32)
