@@ -90,11 +90,12 @@ def small_cause(nodes: int) -> int:
     return max(3, nodes.bit_length())
 
 
-def default_budget(nodes: int) -> int:
+def default_budget(nodes: int, numeric: bool = True) -> int:
     """Checks a reduction spends by default: about what boundary bisection of both ends costs (Polygraphy's
-    --mode=bisect), with the whole model's check, the proof of cause and the final re-check on top. Where
-    1-minimality would cost more, it is the user's choice (--minimal); the report says which it got."""
-    return 2 * max(1, nodes).bit_length() + 6
+    --mode=bisect), with the whole model's check and the final re-check on top, and for a numeric failure
+    its proof's runs (an error's message is its own proof). Where 1-minimality would cost more, it is the
+    user's choice (--minimal); the report says which it got."""
+    return 2 * max(1, nodes).bit_length() + (6 if numeric else 2)
 
 
 class OverflowCheck(NamedTuple):
@@ -730,7 +731,8 @@ class Reduction:
         if not self.limits.economy or self.limits.max_checks is not None:
             return None
         inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
-        return default_budget(len(self.model)) + inside
+        signature = self.original.signature if self.original else None
+        return default_budget(len(self.model), signature is None or signature.is_numeric) + inside
 
     @cached_property
     def _whole_live(self) -> frozenset[int]:

