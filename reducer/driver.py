@@ -84,9 +84,9 @@ class Limits:
 
 
 def small_cause(nodes: int) -> int:
-    """A proven cause (or a shown overflow's onset) this small ends the default search: confirming 1-minimality
-    costs about a check per node, more than another bisection of the whole model, for a node or two less
-    (--minimal goes on). PP-OCRv5 rec (746 nodes) spent 5 more checks to confirm its 9."""
+    """A proven cause (a shown overflow's onset, an error's repro raising its message) this small ends the default
+    search: confirming 1-minimality costs about a check per node, more than another bisection of the whole model,
+    for a node or two less (--minimal goes on). PP-OCRv5 rec (746 nodes) spent 5 more checks to confirm its 9."""
     return max(3, nodes.bit_length())
 
 
@@ -684,7 +684,7 @@ class Reduction:
                     self._accept(candidate, verdict, strategy.name)
                     context.failing_outputs = verdict.signature.outputs
                     if self.check_budget is not None and 1 < self.size(candidate) <= small_cause(len(self.model)) and (
-                            self.proves_cause or self.overflow_region):
+                            self.proves_cause or self.overflow_region or not self._numeric):
                         raise SearchStopped("small")
                 batch = proposals.send(winner)
         except StopIteration:
@@ -731,8 +731,13 @@ class Reduction:
         if not self.limits.economy or self.limits.max_checks is not None:
             return None
         inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
+        return default_budget(len(self.model), self._numeric) + inside
+
+    @property
+    def _numeric(self) -> bool:
+        """Whether the failure is judged against reference values (else a message, a crash: shown by its own check)."""
         signature = self.original.signature if self.original else None
-        return default_budget(len(self.model), signature is None or signature.is_numeric) + inside
+        return signature is None or signature.is_numeric
 
     @cached_property
     def _whole_live(self) -> frozenset[int]:

@@ -428,8 +428,9 @@ def test_an_if_that_must_stay_is_reduced_inside_its_branches(tmp_path):
     inlined: the search still gets the inlined model."""
     check = tmp_path / "check.py"
     check.write_text(MULTIPLYING_IF)
-    done, report, minimal = _reduce(tmp_path, if_model(), "--no-cause-check", "--fail-regex", "BUG", "--check",
-                                    sys.executable, str(check), "{model}")
+    # --minimal: by default an error's repro of a few nodes (here the If and 3 of its branch's) ends the search
+    done, report, minimal = _reduce(tmp_path, if_model(), "--no-cause-check", "--fail-regex", "BUG", "--minimal",
+                                    "--check", sys.executable, str(check), "{model}")
     assert [n.op_type for n in minimal.graph.node] == ["If"], done.stderr
     branches = {a.name: a.g for a in minimal.graph.node[0].attribute}
     assert [n.op_type for n in branches["then_branch"].node] == ["Mul"]
@@ -438,6 +439,25 @@ def test_an_if_that_must_stay_is_reduced_inside_its_branches(tmp_path):
     assert report["strategies"]["branches"]["checks"] >= 1  # the inlined model reached the search
     onnx.checker.check_model(minimal, full_check=True)
     ort.InferenceSession(minimal.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_an_errors_small_repro_ends_the_default_search(tmp_path):
+    """An error's repro is shown by its own check (raising the message): one of at most max(3, bit_length(nodes))
+    nodes ends the default search, as a proven cause does, where confirming 1-minimality costs about a check per
+    node; --minimal goes on (the test above)."""
+    from reducer.driver import small_cause
+
+    check = tmp_path / "check.py"
+    check.write_text(MULTIPLYING_IF)
+    done, report, minimal = _reduce(tmp_path, if_model(), "--no-cause-check", "--fail-regex", "BUG", "--check",
+                                    sys.executable, str(check), "{model}")
+    assert report["final"]["failing"] and "Mul" in _ops(minimal.graph)
+    assert report["stopped_by"] == "small" and not report["one_minimal"]
+    assert 1 < report["nodes_after"] <= small_cause(report["nodes_before"])
+    default_checks = report["checks"]
+    done, report, minimal = _reduce(tmp_path / "minimal", if_model(), "--no-cause-check", "--fail-regex", "BUG",
+                                    "--minimal", "--check", sys.executable, str(check), "{model}")
+    assert report["one_minimal"] and report["checks"] > default_checks
 
 
 ABS_IN_THE_OTHER_BRANCH = MULTIPLYING_IF.replace('a.name == "then_branch"', 'a.name == "else_branch"').replace(
@@ -486,8 +506,8 @@ def test_a_loop_inside_an_if_that_must_stay_is_reduced_inside_its_body(tmp_path)
     onnx.checker.check_model(model, full_check=True)
     check = tmp_path / "check.py"
     check.write_text(MULTIPLYING_DEEP_IN_AN_IF)
-    done, report, minimal = _reduce(tmp_path, model, "--no-cause-check", "--fail-regex", "BUG", "--check",
-                                    sys.executable, str(check), "{model}")
+    done, report, minimal = _reduce(tmp_path, model, "--no-cause-check", "--fail-regex", "BUG", "--minimal",
+                                    "--check", sys.executable, str(check), "{model}")
     assert [n.op_type for n in minimal.graph.node] == ["If"], done.stderr
     branches = {a.name: a.g for a in minimal.graph.node[0].attribute}
     assert [n.op_type for n in branches["then_branch"].node] == ["Loop"]
