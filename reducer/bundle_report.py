@@ -194,8 +194,8 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                                       "not sought: no shorter stretch of the model carries the spread error, and a "
                                       "smaller scattered set takes many more checks (`--minimal` looks for one)."
                                       if stopped_by == "spread" else
-                                      "not sought: a proven cause this small ends the default search (`--minimal` "
-                                      "tries removing each node)."
+                                      "not sought: a repro this small, proven or raising the error itself, ends the "
+                                      "default search (`--minimal` tries removing each node)."
                                       if stopped_by == "small" else
                                       "not proven (the search was stopped, or its last strategy does not prove it)."))
     return lines

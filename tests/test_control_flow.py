@@ -454,6 +454,7 @@ def test_an_errors_small_repro_ends_the_default_search(tmp_path):
     assert report["final"]["failing"] and "Mul" in _ops(minimal.graph)
     assert report["stopped_by"] == "small" and not report["one_minimal"]
     assert 1 < report["nodes_after"] <= small_cause(report["nodes_before"])
+    assert "1-minimal: not sought: a repro this small" in (tmp_path / "out" / "bundle" / "report.md").read_text()
     default_checks = report["checks"]
     done, report, minimal = _reduce(tmp_path / "minimal", if_model(), "--no-cause-check", "--fail-regex", "BUG",
                                     "--minimal", "--check", sys.executable, str(check), "{model}")
