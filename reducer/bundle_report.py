@@ -197,6 +197,10 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                                       "not sought: a repro this small, proven or raising the error itself, ends the "
                                       "default search (`--minimal` tries removing each node)."
                                       if stopped_by == "small" else
+                                      "not sought: the default search ends once its bisections are done; removing "
+                                      "nodes one by one or in scattered sets costs about a check per node "
+                                      "(`--minimal` does)."
+                                      if stopped_by == "bisected" else
                                       "not proven (the search was stopped, or its last strategy does not prove it)."))
     return lines
 

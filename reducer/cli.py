@@ -184,7 +184,8 @@ def cli() -> None:
 @click.option("--minimal", "minimal", is_flag=True,
               help="Go on to a 1-minimal result (no single node can be removed), however many checks it takes. "
               "By default the search stops at about the checks boundary bisection of both ends costs "
-              "(2 * bit_length(nodes) + 6, all checks counted); report.json's one_minimal says which it got.")
+              "(2 * bit_length(nodes) + 6, all checks counted), and leaves the strategies whose checks grow with "
+              "the candidate's size (ddmin, probdd, chunks, linear) out; report.json's one_minimal says which it got.")
 @click.option("--no-cause-check", "no_cause_check", is_flag=True,
               help="Skip the proof of cause for tolerance failures and --check commands (a NaN/Inf repro is "
               "its onset instead): by default the result must carry the whole model's failure (the whole model "
@@ -231,8 +232,10 @@ def reduce(ctx, model, output, strategy, jobs, max_checks, time_limit, no_faithf
         warm.close()
         raise
     try:
+        # the default strategy list's default search is its bisections; strategies named with --strategy all run
+        limits = Limits(max_checks, time_limit, not minimal, exhaustive=bool(strategy))
         report, code = reduce_model(model, inputs, oracle, out_dir, names, not no_faithful, progress,
-                                    ctx.obj.get("argv"), Limits(max_checks, time_limit, not minimal), warm,
+                                    ctx.obj.get("argv"), limits, warm,
                                     cause_check=not no_cause_check, bundle_options=bundle_options)
     finally:
         getattr(progress, "stop", lambda: None)()

@@ -60,6 +60,7 @@ class Counters:
     cache_hits: int = 0
     unfaithful: int = 0
     unrunnable: int = 0
+    presumed_passing: int = 0  # candidates not checked: within one that passed (an error's default search)
     per_strategy: dict[str, StrategyStats] = field(default_factory=dict)
 
 
@@ -81,6 +82,9 @@ class Limits:
     max_checks: int | None = None
     time_limit: float | None = None
     economy: bool = True  # stop at default_budget(nodes) checks; --minimal goes on to 1-minimality
+    # under that budget, also run the strategies whose checks grow with the candidate's size (ddmin, linear): False
+    # for the default strategy list, whose default search is its bisections; named with --strategy, they run
+    exhaustive: bool = True
 
 
 def small_cause(nodes: int) -> int:
@@ -213,6 +217,7 @@ class Reduction:
         self.overflow_refuted = False  # shown to carry the failure, but its onset fails nowhere (OverflowRefuted)
         # node sets shown not to carry the failure: the whole model, with them computed exactly, still fails
         self.not_carrying: list[frozenset[int]] = []
+        self.passed: list[Candidate] = []  # candidates that did not fail at all, while an error's default search runs
 
     def use_store(self, store: ActivationStore) -> None:
         """The full reference store, once captured (a command's first check ran against the inputs alone):
@@ -619,6 +624,12 @@ class Reduction:
             self._show_fp32()
         *others, closer = self.strategies or [None]
         dropped: set[int] = set()
+        # the default search is bisections (its budget is theirs): a strategy whose checks grow with the candidate's
+        # size (ddmin, the linear sweep) is --minimal's; in the evaluation set it removed nothing within the budget,
+        # and spent up to 8 checks (PP-OCRv6 rec) doing so
+        skipped = self.check_budget is not None and not self.limits.exhaustive
+        if skipped:
+            dropped = {id(s) for s in self.strategies if getattr(s, "exhaustive", False)}
         while closer is not None:
             progressed = True
             while progressed:
@@ -630,6 +641,8 @@ class Reduction:
                         progressed = True
                     elif finished:
                         dropped.add(id(strategy))
+            if skipped and id(closer) in dropped and self.size(self.best) > 1:
+                raise SearchStopped("bisected")
             before = self.size(self.best)
             self._run_strategy(closer, None)
             if self.size(self.best) == before:
@@ -742,7 +755,7 @@ class Reduction:
     @cached_property
     def _whole_live(self) -> frozenset[int]:
         """What of the whole model reaches an output: a `downstream` run computing all of it is the first check."""
-        return counterfactual.live(self.model, self.model.original_nodes)
+        return counterfactual.live(self.model, counterfactual.fed_alike(self.model, self.model.original_nodes))
 
     @cached_property
     def _if_bisection_costs(self) -> dict[int, int]:
@@ -759,7 +772,8 @@ class Reduction:
         """The first candidate, in the batch's order, that fails the same way. With several jobs, a window
         of candidates is checked at once; the answer is the one checking them in order would give."""
         batch = [self._constants_as_weights(candidate) for candidate in batch]
-        pending = [(index, c) for index, c in enumerate(batch) if not self._cannot_carry(c)]
+        pending = [(index, c) for index, c in enumerate(batch)
+                   if not self._cannot_carry(c) and not self._within_a_pass(c)]
         proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
         start = 0
         while start < len(pending):
@@ -770,6 +784,8 @@ class Reduction:
                 self._spend(candidate.key(), verdict)
                 if self.interesting(verdict) and (not self.proves_cause or self.proof(candidate).holds):
                     return index, verdict
+                if verdict is not None and not verdict.failing and self._presumes_monotone:
+                    self.passed.append(candidate)
                 if self._turn_over():
                     raise _TurnOver
             start += len(window)
@@ -796,6 +812,24 @@ class Reduction:
             return False
         exact = self.exact_region(candidate.nodes)
         return any(exact <= shown for shown in self.not_carrying)
+
+    @property
+    def _presumes_monotone(self) -> bool:
+        """An error's default search takes failing to be monotone, as bisection does: a candidate within one that
+        passed would pass too. Not a numeric failure's (a subset fails where its superset passed: a bystander whose
+        error a node below damps), nor --minimal's (its 1-minimality checks every removal)."""
+        return not self._numeric and self.check_budget is not None
+
+    def _within_a_pass(self, candidate: Candidate) -> bool:
+        """A candidate within one that did not fail at all (its edits alike) is presumed to pass, unchecked (the
+        ViT's Resize error: after the front was cut, `prefix` probed again three prefixes of what had passed). A
+        larger result at worst, never a wrong one: only a candidate checked failing is taken."""
+        if not self.passed or not self._presumes_monotone:
+            return False
+        if any(candidate.nodes <= other.nodes and candidate.edits == other.edits for other in self.passed):
+            self.counters.presumed_passing += 1
+            return True
+        return False
 
     def _spend(self, key: str, verdict: Verdict | None) -> None:
         """Count a verdict the search has now used, in order. Budgets and yields count these rather than

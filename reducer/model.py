@@ -474,6 +474,15 @@ class Model:
                 alike.add(index)
         return frozenset(alike)
 
+    @cached_property
+    def computes_nothing(self) -> frozenset[int]:
+        """The nodes an input reaches that compute no float value (they move or select values, or compute
+        integers): fed exact values, they give exact values at any precision."""
+        independent = self.input_independent
+        return frozenset(index for index in range(len(self.nodes))
+                         if index not in independent and not subgraphs(self.nodes[index])
+                         and not self.computes_float(index))
+
     def computes_float(self, index: int) -> bool:
         """Whether a node computes a float value (or one of unknown type) that its precision can change: it neither
         moves nor selects values."""

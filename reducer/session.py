@@ -456,6 +456,7 @@ def _figures(reduction: Reduction, started: float) -> dict:
         "edits_described": [describe_edit(edit, reduction.model) for edit in edits],
         "checks": counters.checks,
         "cache_hits": counters.cache_hits,
+        "presumed_passing": counters.presumed_passing,
         "rejected_unfaithful": counters.unfaithful,
         "seconds": round(time.perf_counter() - started, 3),
         "signature": signature.to_json() if signature else None,
@@ -466,9 +467,11 @@ def _figures(reduction: Reduction, started: float) -> dict:
 
 
 # where the default search ends by design (not a limit the user set): the result is "reduced"
-DEFAULT_STOPS = ("check-budget", "spread", "small")
+DEFAULT_STOPS = ("check-budget", "spread", "small", "bisected")
 STOP_MESSAGES = {"small": "a proven cause of {nodes} nodes: the default search ends here (--minimal tries removing "
                           "each of them)",
+                 "bisected": "the bisections are done ({nodes} nodes): the default search ends here (--minimal goes "
+                             "on to remove nodes one by one and in scattered sets, about a check per node)",
                  "spread": "the error is spread over the shortest stretch that carries it ({nodes} nodes): the "
                            "default search ends here (--minimal looks for a smaller scattered set, at many checks)"}
 

@@ -10,6 +10,7 @@ from strategies.base import Proposals, SearchContext
 
 class AdaptiveChunks:
     name = "chunks"
+    exhaustive = True  # a check per node that must stay: --minimal's, not the default search's
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         order = current.ordered()[::-1]

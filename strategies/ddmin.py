@@ -19,6 +19,7 @@ def _split(items: list[int], parts: int) -> list[list[int]]:
 
 class DeltaDebugging:
     name = "ddmin"
+    exhaustive = True  # checks grow with the candidate's size: --minimal's, not the default search's
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         items = current.ordered()

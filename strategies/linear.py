@@ -12,6 +12,7 @@ BATCH = 32  # candidates per batch: enough for parallel checks, few enough to st
 class LinearSweep:
     name = "linear"
     proves_one_minimal = True  # closing the search, a sweep that removes nothing leaves a 1-minimal result
+    exhaustive = True  # a check per node: --minimal's, not the default search's
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         order = current.ordered()[::-1]

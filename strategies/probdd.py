@@ -27,6 +27,7 @@ def removal_set(order: list[int], probability: dict[int, float]) -> list[int]:
 
 class ProbabilisticDeltaDebugging:
     name = "probdd"
+    exhaustive = True  # checks grow with the candidate's size: --minimal's, not the default search's
 
     def search(self, current: Candidate, context: SearchContext) -> Proposals:
         order = current.ordered()

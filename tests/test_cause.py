@@ -309,6 +309,38 @@ def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_che
         reduction.close()
 
 
+def test_a_downstream_run_that_differs_from_a_probe_by_nodes_computing_nothing_costs_no_check(planted, tmp_path):
+    """An end-search probe that leaves the last Relu above the BatchNormalization computed: fed exact values, a
+    node that only selects (or moves) values gives the reference's, so that probe is the proof's `downstream` run
+    (PP-OCRv5 det under O3: a Concat of three fed Resizes above the origin's Conv cost the proof a check)."""
+    from reducer import counterfactual
+    from reducer.candidate import Candidate
+
+    path, names = planted
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        cause = index[names["cause"]]
+        last_pad = max((i for name, i in index.items() if name.startswith("pad_")))
+        assert model.nodes[last_pad].op_type in ("Relu", "Abs") and last_pad in model.computes_nothing
+        above = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_", "bystander_")))
+        probe = counterfactual.CounterfactualRun("without", above - {last_pad})
+        below = counterfactual.CounterfactualRun("downstream", frozenset({cause}))
+        assert counterfactual.computed(model, probe) == counterfactual.computed(model, below)
+        assert reduction.still_fails_with_exact(above - {last_pad}) is True
+        before = reduction.counters.checks
+        proof = reduction.proof(Candidate(frozenset({cause})))
+        assert proof.holds and "downstream" in proof.verdicts, proof.verdicts
+        assert reduction.counters.checks - before == 1  # the `without` run only
+        # the Relu and the pads read what the Conv computes at the target's precision: not alike, another run
+        chain = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_")))
+        from_the_conv = counterfactual.CounterfactualRun("without", above - chain)
+        assert counterfactual.computed(model, from_the_conv) == counterfactual.computed(model, below) | chain
+    finally:
+        reduction.close()
+
+
 def overflow_model(path: Path, padding: int = 24, harmless: bool = False) -> dict[str, str]:
     """x in 0.3..1 (1x16) through `padding` harmless Abs/Relu nodes, then two Muls by 1000: the second computes
     3e5..1e6, beyond fp16's 65504 (Inf there), and a Mul by 1e-3 brings it back in range in fp32 only (a Relu

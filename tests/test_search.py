@@ -57,6 +57,56 @@ def test_a_round_runs_new_strategies_first_then_the_best_yield():
     assert [s.name for s in by_yield([linear, bisect, ddmin, cone], {})] == ["linear", "bisect", "ddmin", "cone"]
 
 
+NEEDS_A_STRETCH = """import sys, onnx
+names = {node.name for node in onnx.load(sys.argv[1]).graph.node}
+if {f"n{i}" for i in range(30, 40)} <= names:
+    print("BUG: the stretch is all there")
+    sys.exit(1)
+"""
+
+
+def test_the_default_search_ends_once_its_bisections_are_done(tmp_path):
+    """The default search is its bisections: ddmin and the linear sweep, whose checks grow with the candidate's size,
+    are --minimal's. A check that fails while ten nodes of a 40-node chain are all kept (glue: it reads the model's
+    node names): the bisections find them, the search ends there (`stopped_by: bisected`) inside the budget that
+    ddmin used to spend to its end; --minimal goes on and confirms them 1-minimal."""
+    import subprocess
+    import sys
+
+    from onnx import TensorProto, helper
+
+    from reducer.driver import default_budget
+
+    ops = ["Abs", "Neg", "Relu", "Sigmoid"]
+    nodes = [helper.make_node(ops[i % 4], [f"t{i - 1}" if i else "x"], [f"t{i}"], name=f"n{i}") for i in range(40)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("t39", TensorProto.FLOAT, [4])])
+    model = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    np.savez(tmp_path / "chain.npz", x=np.array([0.5, -1.0, 2.0, 3.0], np.float32))
+    check = tmp_path / "check.py"
+    check.write_text(NEEDS_A_STRETCH)
+
+    def reduce(out, *flags):
+        done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
+                               str(tmp_path / "chain.npz"), "-o", str(out), "--json", *flags, "--fail-regex", "BUG",
+                               "--check", sys.executable, str(check), "{model}"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    report = reduce(tmp_path / "out")
+    kept = sorted(node.name for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node)
+    assert kept == sorted(f"n{i}" for i in range(30, 40)) and report["final"]["failing"]
+    assert report["stopped_by"] == "bisected" and not report["one_minimal"], report["turns"]
+    assert report["checks"] < default_budget(40, numeric=False)
+    assert not {"ddmin", "linear"} & {turn["strategy"] for turn in report["turns"]}
+    assert "1-minimal: not sought: the default search ends once its bisections are done" in (
+        tmp_path / "out" / "bundle" / "report.md").read_text()
+    minimal = reduce(tmp_path / "minimal", "--minimal")
+    assert minimal["one_minimal"] and minimal["nodes_after"] == 10 and minimal["checks"] > report["checks"]
+
+
 def test_max_checks_stops_with_a_valid_failing_best(tmp_path):
     out = tmp_path / "out"
     done = reduce_entry(REC, out, "--max-checks", "10")
