@@ -287,32 +287,14 @@ def test_two_counterfactual_runs_that_compute_the_same_nodes_are_checked_once(pl
         reduction.close()
 
 
-def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_check(planted, tmp_path):
+@pytest.mark.parametrize("pad_computed", [False, True])
+def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_check(planted, tmp_path, pad_computed):
     """All above the BatchNormalization exact (an end-search probe) computes it and what lies below it: the same
     model as its proof's `downstream` run (it and all below it, fed the reference), judged on the model's outputs
-    alike. That run is the probe's verdict; the proof costs its `without` run alone."""
-    from reducer.candidate import Candidate
-
-    path, names = planted
-    model, reduction = in_process(path, tmp_path, fp16_check_options())
-    try:
-        assert reduction.start().failing and reduction.cause_method == "reference"
-        index = {node.name: i for i, node in enumerate(model.nodes)}
-        cause = index[names["cause"]]
-        above = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_", "bystander_")))
-        assert reduction.still_fails_with_exact(above) is True  # the BatchNormalization still overflows
-        before = reduction.counters.checks
-        proof = reduction.proof(Candidate(frozenset({cause})))
-        assert proof.holds and "downstream" in proof.verdicts, proof.verdicts
-        assert reduction.counters.checks - before == 1  # the `without` run only
-    finally:
-        reduction.close()
-
-
-def test_a_downstream_run_that_differs_from_a_probe_by_nodes_computing_nothing_costs_no_check(planted, tmp_path):
-    """An end-search probe that leaves the last Relu above the BatchNormalization computed: fed exact values, a
-    node that only selects (or moves) values gives the reference's, so that probe is the proof's `downstream` run
-    (PP-OCRv5 det under O3: a Concat of three fed Resizes above the origin's Conv cost the proof a check)."""
+    alike. That run is the probe's verdict; the proof costs its `without` run alone. So too where the probe leaves
+    the last Relu above it computed (`pad_computed`): fed exact values, a node that only selects (or moves) values
+    gives the reference's (PP-OCRv5 det under O3: a Concat of three fed Resizes above the origin's Conv had cost
+    the proof a check)."""
     from reducer import counterfactual
     from reducer.candidate import Candidate
 
@@ -325,10 +307,11 @@ def test_a_downstream_run_that_differs_from_a_probe_by_nodes_computing_nothing_c
         last_pad = max((i for name, i in index.items() if name.startswith("pad_")))
         assert model.nodes[last_pad].op_type in ("Relu", "Abs") and last_pad in model.computes_nothing
         above = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_", "bystander_")))
-        probe = counterfactual.CounterfactualRun("without", above - {last_pad})
+        exact = above - {last_pad} if pad_computed else above
         below = counterfactual.CounterfactualRun("downstream", frozenset({cause}))
+        probe = counterfactual.CounterfactualRun("without", exact)
         assert counterfactual.computed(model, probe) == counterfactual.computed(model, below)
-        assert reduction.still_fails_with_exact(above - {last_pad}) is True
+        assert reduction.still_fails_with_exact(exact) is True  # the BatchNormalization still overflows
         before = reduction.counters.checks
         proof = reduction.proof(Candidate(frozenset({cause})))
         assert proof.holds and "downstream" in proof.verdicts, proof.verdicts
