@@ -69,7 +69,8 @@ def test_the_default_search_ends_once_its_bisections_are_done(tmp_path):
     """The default search is its bisections: ddmin and the linear sweep, whose checks grow with the candidate's size,
     are --minimal's. A check that fails while ten nodes of a 40-node chain are all kept (glue: it reads the model's
     node names): the bisections find them, the search ends there (`stopped_by: bisected`) inside the budget that
-    ddmin used to spend to its end; --minimal goes on and confirms them 1-minimal."""
+    ddmin used to spend to its end, the probes of later turns within what passed presumed to pass; --minimal goes
+    on and confirms them 1-minimal, checking every removal."""
     import subprocess
     import sys
 
@@ -101,10 +102,13 @@ def test_the_default_search_ends_once_its_bisections_are_done(tmp_path):
     assert report["stopped_by"] == "bisected" and not report["one_minimal"], report["turns"]
     assert report["checks"] < default_budget(40, numeric=False)
     assert not {"ddmin", "linear"} & {turn["strategy"] for turn in report["turns"]}
+    # an error: what lies within a candidate that passed is presumed to pass (the later turns' probes), unchecked
+    assert report["presumed_passing"] > 0
     assert "1-minimal: not sought: the default search ends once its bisections are done" in (
         tmp_path / "out" / "bundle" / "report.md").read_text()
     minimal = reduce(tmp_path / "minimal", "--minimal")
     assert minimal["one_minimal"] and minimal["nodes_after"] == 10 and minimal["checks"] > report["checks"]
+    assert minimal["presumed_passing"] == 0  # 1-minimality checks every removal
 
 
 def test_max_checks_stops_with_a_valid_failing_best(tmp_path):
