@@ -476,12 +476,24 @@ class Model:
 
     @cached_property
     def computes_nothing(self) -> frozenset[int]:
-        """The nodes an input reaches that compute no float value (they move or select values, or compute
-        integers): fed exact values, they give exact values at any precision."""
+        """The nodes an input reaches that, fed exact values, give exact values at any precision: they move or
+        select values (rounding commutes with them), read only a shape, or compute integers from integers. Not a
+        node that turns floats into integers or booleans (a Cast to int, a Greater): it reads its float inputs at
+        the target's precision, and 2.9999 rounded to fp16 is 3; nor one that makes floats of integers (a
+        ConstantOfShape's value is clamped by the fp16 converter, not rounded as a fed value is)."""
         independent = self.input_independent
         return frozenset(index for index in range(len(self.nodes))
                          if index not in independent and not subgraphs(self.nodes[index])
-                         and not self.computes_float(index))
+                         and (self.nodes[index].op_type in MOVES | SELECTS | SHAPE_READERS
+                              or not any(map(self._may_be_float, self.node_reads[index] + self.node_writes[index]))))
+
+    def _may_be_float(self, name: str) -> bool:
+        """Whether a tensor is (or may be: its type unknown) a float one."""
+        initializer = self.initializers.get(name)
+        if initializer is not None:
+            return initializer.data_type in FLOAT_TYPES
+        found = self.value_type(name)
+        return found is None or found.tensor_type.elem_type in FLOAT_TYPES
 
     def computes_float(self, index: int) -> bool:
         """Whether a node computes a float value (or one of unknown type) that its precision can change: it neither

@@ -324,6 +324,33 @@ def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_che
         reduction.close()
 
 
+def test_only_nodes_whose_exact_inputs_give_exact_outputs_compute_nothing(tmp_path):
+    """A move, a selection, a shape read and integer arithmetic on integers give exact values from exact inputs at
+    any precision; a Cast of floats to integers, a comparison of floats and a ConstantOfShape making floats do not
+    (2.9999 rounded to fp16 is 3; the fp16 converter clamps a ConstantOfShape's value): their runs stay apart."""
+    from reducer.model import load_model
+
+    nodes = [helper.make_node("Identity", ["x"], ["moved"], name="move"),
+             helper.make_node("Relu", ["moved"], ["kept"], name="select"),
+             helper.make_node("Shape", ["kept"], ["shape"], name="shape"),
+             helper.make_node("Add", ["shape", "shape"], ["twice"], name="integers"),
+             helper.make_node("Cast", ["kept"], ["rounded"], name="to_int", to=TensorProto.INT64),
+             helper.make_node("Greater", ["kept", "zero"], ["positive"], name="compare"),
+             helper.make_node("ConstantOfShape", ["twice"], ["filled"], name="fill",
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2e5])),
+             helper.make_node("Sigmoid", ["kept"], ["y"], name="compute")]
+    graph = helper.make_graph(nodes, "kinds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(name, t, shape) for name, t, shape in (
+                                  ("y", TensorProto.FLOAT, [4]), ("rounded", TensorProto.INT64, [4]),
+                                  ("positive", TensorProto.BOOL, [4]), ("filled", TensorProto.FLOAT, ["n"]))],
+                              [_const("zero", [0.0])])
+    path = tmp_path / "kinds.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    names = {model.nodes[i].name for i in model.computes_nothing}
+    assert names == {"move", "select", "shape", "integers"}
+
+
 def overflow_model(path: Path, padding: int = 24, harmless: bool = False) -> dict[str, str]:
     """x in 0.3..1 (1x16) through `padding` harmless Abs/Relu nodes, then two Muls by 1000: the second computes
     3e5..1e6, beyond fp16's 65504 (Inf there), and a Mul by 1e-3 brings it back in range in fp32 only (a Relu
