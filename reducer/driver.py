@@ -581,7 +581,7 @@ class Reduction:
             self._strategy = strategy
 
     def _counterfactual_check(self, run: CounterfactualRun) -> Verdict | None:
-        nodes = counterfactual.computed(self.model, run)  # one traversal, handed to counterfactual.build
+        nodes = counterfactual.computed(self.model, run, self._uniform)  # one traversal, for counterfactual.build
         below = nodes if run.kind == "downstream" else None
         if below == self._whole_live:
             # the repro and all below it is the whole model: its verdict is the first check's, already run
@@ -755,7 +755,14 @@ class Reduction:
     @cached_property
     def _whole_live(self) -> frozenset[int]:
         """What of the whole model reaches an output: a `downstream` run computing all of it is the first check."""
-        return counterfactual.live(self.model, counterfactual.fed_alike(self.model, self.model.original_nodes))
+        whole = self.model.original_nodes
+        return counterfactual.live(self.model, counterfactual.fed_alike(self.model, whole) if self._uniform else whole)
+
+    @cached_property
+    def _uniform(self) -> bool:
+        """Whether the target stores every value at the precision it computes it: a built-in runner in fp32 (its
+        `max_abs_value` none). Not fp16 (the converter keeps some nodes in fp32), nor a command (unknown)."""
+        return self.oracle.max_abs_value is None and self.oracle.names_failing_outputs
 
     @cached_property
     def _if_bisection_costs(self) -> dict[int, int]:

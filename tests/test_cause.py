@@ -287,14 +287,13 @@ def test_two_counterfactual_runs_that_compute_the_same_nodes_are_checked_once(pl
         reduction.close()
 
 
-@pytest.mark.parametrize("pad_computed", [False, True])
-def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_check(planted, tmp_path, pad_computed):
+def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_check(planted, tmp_path):
     """All above the BatchNormalization exact (an end-search probe) computes it and what lies below it: the same
     model as its proof's `downstream` run (it and all below it, fed the reference), judged on the model's outputs
-    alike. That run is the probe's verdict; the proof costs its `without` run alone. So too where the probe leaves
-    the last Relu above it computed (`pad_computed`): fed exact values, a node that only selects (or moves) values
-    gives the reference's (PP-OCRv5 det under O3: a Concat of three fed Resizes above the origin's Conv had cost
-    the proof a check)."""
+    alike. That run is the probe's verdict; the proof costs its `without` run alone. A probe that leaves the last
+    Relu above it computed is that run too on a target that stores every value at the precision it computes it
+    (fp32 throughout: fed exact values, a Relu gives the reference's); not through a command, whose precision is
+    unknown (the fp16 converter stores the Relu's output in fp16, and a reader it keeps in fp32 reads it rounded)."""
     from reducer import counterfactual
     from reducer.candidate import Candidate
 
@@ -304,22 +303,23 @@ def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_che
         assert reduction.start().failing and reduction.cause_method == "reference"
         index = {node.name: i for i, node in enumerate(model.nodes)}
         cause = index[names["cause"]]
-        last_pad = max((i for name, i in index.items() if name.startswith("pad_")))
-        assert model.nodes[last_pad].op_type in ("Relu", "Abs") and last_pad in model.computes_nothing
         above = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_", "bystander_")))
-        exact = above - {last_pad} if pad_computed else above
-        below = counterfactual.CounterfactualRun("downstream", frozenset({cause}))
-        probe = counterfactual.CounterfactualRun("without", exact)
-        assert counterfactual.computed(model, probe) == counterfactual.computed(model, below)
-        assert reduction.still_fails_with_exact(exact) is True  # the BatchNormalization still overflows
+        assert reduction.still_fails_with_exact(above) is True  # the BatchNormalization still overflows
         before = reduction.counters.checks
         proof = reduction.proof(Candidate(frozenset({cause})))
         assert proof.holds and "downstream" in proof.verdicts, proof.verdicts
         assert reduction.counters.checks - before == 1  # the `without` run only
-        # the Relu and the pads read what the Conv computes at the target's precision: not alike, another run
+        last_pad = max((i for name, i in index.items() if name.startswith("pad_")))
+        assert model.nodes[last_pad].op_type in ("Relu", "Abs") and last_pad in model.computes_nothing
+        below = counterfactual.CounterfactualRun("downstream", frozenset({cause}))
+        probe = counterfactual.CounterfactualRun("without", above - {last_pad})
+        assert counterfactual.computed(model, probe, uniform=True) == counterfactual.computed(model, below, True)
+        assert counterfactual.computed(model, probe) != counterfactual.computed(model, below)
+        assert not reduction._uniform  # a command
+        # the Relu and the pads read what the Conv computes at the target's precision: another run, even uniform
         chain = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_")))
         from_the_conv = counterfactual.CounterfactualRun("without", above - chain)
-        assert counterfactual.computed(model, from_the_conv) == counterfactual.computed(model, below) | chain
+        assert counterfactual.computed(model, from_the_conv, True) == counterfactual.computed(model, below) | chain
     finally:
         reduction.close()
 
