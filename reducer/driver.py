@@ -755,8 +755,7 @@ class Reduction:
     @cached_property
     def _whole_live(self) -> frozenset[int]:
         """What of the whole model reaches an output: a `downstream` run computing all of it is the first check."""
-        whole = self.model.original_nodes
-        return counterfactual.live(self.model, counterfactual.fed_alike(self.model, whole) if self._uniform else whole)
+        return counterfactual.computing(self.model, self.model.original_nodes, self._uniform)
 
     @cached_property
     def _uniform(self) -> bool:
@@ -830,9 +829,8 @@ class Reduction:
     def _within_a_pass(self, candidate: Candidate) -> bool:
         """A candidate within one that did not fail at all (its edits alike) is presumed to pass, unchecked (the
         ViT's Resize error: after the front was cut, `prefix` probed again three prefixes of what had passed). A
-        larger result at worst, never a wrong one: only a candidate checked failing is taken."""
-        if not self.passed or not self._presumes_monotone:
-            return False
+        larger result at worst, never a wrong one: only a candidate checked failing is taken. `passed` holds
+        candidates only while the search `_presumes_monotone`."""
         if any(candidate.nodes <= other.nodes and candidate.edits == other.edits for other in self.passed):
             self.counters.presumed_passing += 1
             return True

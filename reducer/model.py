@@ -481,10 +481,10 @@ class Model:
         node that turns floats into integers or booleans (a Cast to int, a Greater): it reads its float inputs at
         the target's precision, and 2.9999 rounded to fp16 is 3; nor one that makes floats of integers (a
         ConstantOfShape's value is clamped by the fp16 converter, not rounded as a fed value is)."""
-        independent = self.input_independent
+        independent, exact_ops = self.input_independent, MOVES | SELECTS | SHAPE_READERS
         return frozenset(index for index in range(len(self.nodes))
                          if index not in independent and not subgraphs(self.nodes[index])
-                         and (self.nodes[index].op_type in MOVES | SELECTS | SHAPE_READERS
+                         and (self.nodes[index].op_type in exact_ops
                               or not any(map(self._may_be_float, self.node_reads[index] + self.node_writes[index]))))
 
     def _may_be_float(self, name: str) -> bool:
