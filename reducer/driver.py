@@ -420,6 +420,15 @@ class Reduction:
                      if any(counterfactual.beyond(self.store, name, bound) for name in writes))
 
     @cached_property
+    def named(self) -> tuple[int, ...]:
+        """The nodes the whole model's failure message names: an error's, which names the node it failed on (a
+        numeric failure's message names tensors). A hint where the failure ends, never a verdict."""
+        original = self.original
+        if original is None or not original.failing or original.signature.is_numeric:
+            return ()
+        return self.model.named_in(f"{original.reason}\n{original.log}")
+
+    @cached_property
     def faithful_bound(self) -> float | None:
         """The bound of the faithfulness rule: the runner's (or --faithful-max). A command's precision is
         unknown; where its reference leaves fp16's range, its failure is taken for an fp16 overflow, whose
@@ -657,7 +666,8 @@ class Reduction:
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
                                 self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
-                                self.overflow_region, self.checks_left, self.cause_method == "reference")
+                                self.overflow_region, self.checks_left, self.cause_method == "reference",
+                                self.named)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -318,6 +319,9 @@ def _gathered(start: np.ndarray, ids: np.ndarray, nodes: np.ndarray, node_runs) 
     return ids[shift + np.arange(len(shift))]
 
 
+_NAME_TOKEN = re.compile(r"[\w./\-]+")  # what a node's name is made of, in practice
+
+
 @dataclass
 class Model:
     """A loaded model: top-level nodes in topological order, with who produces and reads each tensor."""
@@ -415,6 +419,33 @@ class Model:
                     return True
                 parent = self.inlined_into.get(parent)
         return False
+
+    def named_in(self, text: str) -> tuple[int, ...]:
+        """The nodes a message names, in topological order: an engine's error names the node it failed on
+        (ONNX Runtime's "Name:'/embeddings/Resize'", "in node (/head/Conv)"; TensorRT's layer, or the first and last
+        node of a fused region, "[/a/Conv.../b/Add]"). A node inside a body stands for the node that holds it. A
+        name counts as a whole token; one that is only digits, or an op type ("running Resize node"), is not taken
+        for a name: a message is full of both."""
+        by_name, ops = self._names
+        found = set()
+        for token in _NAME_TOKEN.findall(text):
+            for part in token.split("..."):
+                index = by_name.get(part, by_name.get(part.rstrip(".")))
+                if index is not None and part.rstrip(".") not in ops:
+                    found.add(index)
+        return tuple(sorted(found))
+
+    @cached_property
+    def _names(self) -> tuple[dict[str, int], frozenset[str]]:
+        by_name: dict[str, int] = {}
+        for index in range(len(self.nodes)):  # an inlined branch's nodes, before their If, keep their names
+            pending = [self.nodes[index]]
+            while pending:
+                node = pending.pop()
+                if node.name and not node.name.isdigit():
+                    by_name.setdefault(node.name, index)
+                pending.extend(inner for body in subgraphs(node) for inner in body.node)
+        return by_name, frozenset(node.op_type for node in self.nodes)
 
     def writers(self, name: str) -> tuple[int, ...]:
         """Every node that writes `name`: its producer, and where control flow was inlined, the If (Loop) and

@@ -83,6 +83,13 @@ class SearchContext:
     # Exact is answered with the nodes fed from the reference (else kept in fp32 by the target's converter, whose
     # casts around a node that only moves values can change what its readers get: ddddocr's LSTM)
     exact_by_reference: bool = True
+    # nodes the whole model's failure message names (an error names the node it failed on; see Model.named_in);
+    # empty for a numeric failure, whose message names tensors
+    named: tuple[int, ...] = ()
+
+    def named_in(self, current: Candidate) -> list[int]:
+        """The named nodes `current` keeps."""
+        return [index for index in self.named if index in current.nodes]
 
     def failing_producers(self, current: Candidate) -> list[int]:
         producers = {self.model.producer_in(name, current.nodes) for name in self.failing_outputs}

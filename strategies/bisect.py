@@ -14,6 +14,11 @@ from reducer.counterfactual import feeding
 from strategies.base import SearchContext
 from strategies.localize import grown, with_producers
 
+# An error's message names the node it failed on, yet the shortest failing prefix can end a little past it: where
+# the named node's output is a graph output, the fp16 converter (and an engine's fusions) treat it otherwise
+# (the ViT's Resize: the prefix needs the Cast and Transpose after it). Three probes past it, then bisection.
+NAMED_STEPS = (1, 2, 4)
+
 Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; returns the candidate it ends on
 
 
@@ -68,12 +73,18 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     command) can still give, for about log2(n) checks: the last node alone (grown upwards until what
     feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next.
     Where the reference holds a value the target cannot (an fp16 overflow), the prefix ending at the first
-    node that computes one is probed first, then that prefix without it: an overflow shows where it starts.
+    node that computes one is probed first, then that prefix without it: an overflow shows where it starts. So is
+    the prefix ending at the latest node an error's message names (an engine names the node it failed on), then
+    that prefix without it, then past it by NAMED_STEPS.
     A failing probe's failing tensors' cone is tried as soon as it fails (failing_cone), not at the end only."""
     before = len(current)
     nodes = current.ordered()
     origin = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
     hints = () if origin is None else (len(nodes) - origin - 1, len(nodes) - origin)
+    named = context.named_in(current)
+    if named:  # the prefix to the node an error names, then without it; past it by 1, 2, 4 nodes where it passes
+        end = nodes.index(named[-1])
+        hints += tuple(len(nodes) - end - 1 - step for step in (0, -1, *NAMED_STEPS) if end + step < len(nodes))
     current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints,
                                  narrow=lambda failing, passing: failing_cone(failing, passing, context))
     if len(current) < before:

@@ -528,3 +528,30 @@ def test_fewer_channels_cuts_weight_and_bias_and_the_model_still_runs(tmp_path, 
     assert part.shape[1 if op in ("Conv", "ConvTranspose") else -1] == 2
     expected = full[:, :2] if op in ("Conv", "ConvTranspose") else full[..., :2]
     np.testing.assert_allclose(part, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_nodes_a_message_names_are_whole_names_not_op_types_or_numbers(tmp_path):
+    """An engine's error names the node it failed on (ONNX Runtime's "Name:'...'" and "in node (...)", TensorRT's
+    fused region "[first...last]"); a node inside an If's branch stands for the If. Not a name: a part of a longer
+    token (a tensor "/a/Conv_output_0" is not the node "/a/Conv"), an op type ("running Resize node"), a number."""
+    then = helper.make_graph([helper.make_node("Neg", ["r"], ["b"], name="/body/Neg")], "then", [],
+                             [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="/a/Conv"),
+             helper.make_node("Resize", ["r", "", "scales"], ["s"], name="Resize"),
+             helper.make_node("Abs", ["s"], ["c"], name="7"),
+             helper.make_node("ReduceSum", ["c"], ["flag"], name="/b/Sum", keepdims=0),
+             helper.make_node("Cast", ["flag"], ["cond"], name="/b/Cast", to=TensorProto.BOOL),
+             helper.make_node("If", ["cond"], ["y"], name="/b/If", then_branch=then, else_branch=then)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              initializer=[numpy_helper.from_array(np.ones(1, np.float32), "scales")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    index = {node.name: i for i, node in enumerate(model.nodes)}
+    assert model.named_in("running Relu node. Name:'/a/Conv' Status Message: bad") == (index["/a/Conv"],)
+    assert model.named_in("Type Error: ... in node (/b/Cast).") == (index["/b/Cast"],)
+    assert model.named_in("{ForeignNode[/b/Sum.../b/Cast]}: could not find any implementation") == (
+        index["/b/Sum"], index["/b/Cast"])
+    assert model.named_in("of node (/body/Neg) does not match") == (index["/b/If"],)
+    assert model.named_in("output '/a/Conv_output_0' while running Resize node 7 of 9, line 7") == ()
