@@ -221,39 +221,66 @@ def test_shapes_shrinks_the_fed_tensors_and_the_bundle_still_reproduces(tmp_path
     assert repro.returncode == 1, repro.stdout + repro.stderr
 
 
-def test_an_errors_prefix_ends_where_its_message_names_the_node(tmp_path):
-    """ONNX Runtime names the node an error comes from ("in node (n41)"). A 60-node chain whose tensor t40 is a
-    graph output that n41 also reads: converted to fp16, the graph output stays fp32 and n41's Add is refused
-    (real onnxconverter-common and ONNX Runtime; CRAFT's bug, corpus/evaluation.json). The same model with
-    its nodes unnamed is searched by bisection alone; named, the prefix to n41 and the prefix without it settle the
-    end. The same two nodes either way, in fewer checks where the message names the node."""
+def converter_chain(folder: Path, named: bool) -> Path:
+    """A 60-node chain whose tensor t40 is a graph output that n41's Add also reads: converted to fp16, the graph
+    output stays fp32 and ONNX Runtime refuses n41, "in node (n41)" (CRAFT's bug, corpus/evaluation.json)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    ops = ["Abs", "Neg", "Relu", "Sigmoid"]
+    nodes = [helper.make_node("Add" if i == 41 else ops[i % 4],
+                              [f"t{i - 1}" if i else "x", *(["w"] if i == 41 else [])], [f"t{i}"],
+                              name=f"n{i}" if named else "") for i in range(60)]
+    info = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("x", "t59", "t40")]
+    graph = helper.make_graph(nodes, "chain", info[:1], info[1:],
+                              initializer=[numpy_helper.from_array(np.ones(4, np.float32), "w")])
+    path = folder / f"chain_{named}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    np.savez(folder / "x.npz", x=np.array([0.5, -1.0, 2.0, 3.0], np.float32))
+    return path
+
+
+def reduce_json(model: Path, out: Path, *flags: str) -> dict:
     import subprocess
     import sys
 
-    from onnx import TensorProto, helper, numpy_helper
+    done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
+                           str(model.parent / "x.npz"), "-o", str(out), "--json", *flags],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
-    def chain(named: bool) -> Path:
-        ops = ["Abs", "Neg", "Relu", "Sigmoid"]
-        nodes = [helper.make_node("Add" if i == 41 else ops[i % 4],
-                                  [f"t{i - 1}" if i else "x", *(["w"] if i == 41 else [])], [f"t{i}"],
-                                  name=f"n{i}" if named else "") for i in range(60)]
-        info = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("x", "t59", "t40")]
-        graph = helper.make_graph(nodes, "chain", info[:1], info[1:],
-                                  initializer=[numpy_helper.from_array(np.ones(4, np.float32), "w")])
-        path = tmp_path / f"chain_{named}.onnx"
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-        return path
 
-    np.savez(tmp_path / "x.npz", x=np.array([0.5, -1.0, 2.0, 3.0], np.float32))
-    reports = {}
-    for named in (True, False):
-        done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(chain(named)), "--inputs",
-                               str(tmp_path / "x.npz"), "-o", str(tmp_path / f"out_{named}"), "--json",
-                               "--runner", "onnxruntime:cpu:fp16", "--fail-on", "error"],
-                              capture_output=True, text=True, cwd=ROOT, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        reports[named] = json.loads(done.stdout)
-    named, unnamed = reports[True], reports[False]
+def test_an_errors_prefix_ends_where_its_message_names_the_node(tmp_path):
+    """ONNX Runtime names the node an error comes from ("in node (n41)"; real onnxconverter-common and ONNX
+    Runtime). The same model with its nodes unnamed is searched by bisection alone; named, the prefix to n41 and
+    the prefix without it settle the end. The same two nodes either way, in fewer checks where the message names
+    the node."""
+    runner = ["--runner", "onnxruntime:cpu:fp16", "--fail-on", "error"]
+    named = reduce_json(converter_chain(tmp_path, True), tmp_path / "named", *runner)
+    unnamed = reduce_json(converter_chain(tmp_path, False), tmp_path / "unnamed", *runner)
     assert "in node (n41)" in named["original"]["reason"] and "in node ()" in unnamed["original"]["reason"]
     assert named["kept_nodes"] == unnamed["kept_nodes"] == [40, 41]
     assert named["checks"] < unnamed["checks"], (named["checks"], unnamed["checks"])
+
+
+CONVERT_AND_LOAD = """import sys, onnx, onnxruntime
+from onnxconverter_common import float16
+model = float16.convert_float_to_float16(onnx.load(sys.argv[1]), keep_io_types=True)
+onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+"""
+
+
+def test_a_rerun_from_the_cache_knows_the_node_a_commands_error_named(tmp_path):
+    """Through a command the node's name is in its output, not in the verdict's one-line reason: the cache keeps
+    an error's output, so a re-run in the same folder searches as the first did and runs no check but the final
+    re-check (it spent 4 more when only the reason was kept)."""
+    import sys
+
+    check = tmp_path / "check.py"
+    check.write_text(CONVERT_AND_LOAD)
+    model = converter_chain(tmp_path, True)
+    flags = ["--fail-regex", "bound to different types", "--check", sys.executable, str(check), "{model}"]
+    first = reduce_json(model, tmp_path / "out", *flags)
+    again = reduce_json(model, tmp_path / "out", *flags)
+    assert first["kept_nodes"] == again["kept_nodes"] == [40, 41] and first["cache_hits"] == 0
+    assert again["checks"] == 1 and again["cache_hits"] == first["checks"] - 1, (first, again)
