@@ -425,7 +425,8 @@ class Model:
         (ONNX Runtime's "Name:'/embeddings/Resize'", "in node (/head/Conv)"; TensorRT's layer, or the first and last
         node of a fused region, "[/a/Conv.../b/Add]"). A node inside a body stands for the node that holds it. A
         name counts as a whole token; one that is only digits, or an op type ("running Resize node"), is not taken
-        for a name: a message is full of both."""
+        for a name: a message is full of both. One node, or the first and last of a region; a message that names
+        more is a log (a builder's verbose one lists every layer) and points nowhere: none."""
         by_name, ops = self._names
         found = set()
         for token in _NAME_TOKEN.findall(text):
@@ -433,7 +434,7 @@ class Model:
                 index = by_name.get(part, by_name.get(part.rstrip(".")))
                 if index is not None and part.rstrip(".") not in ops:
                     found.add(index)
-        return tuple(sorted(found))
+        return tuple(sorted(found)) if len(found) <= 2 else ()
 
     @cached_property
     def _names(self) -> tuple[dict[str, int], frozenset[str]]:
