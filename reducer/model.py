@@ -319,7 +319,7 @@ def _gathered(start: np.ndarray, ids: np.ndarray, nodes: np.ndarray, node_runs) 
     return ids[shift + np.arange(len(shift))]
 
 
-_NAME_TOKEN = re.compile(r"[\w./\-]+")  # what a node's name is made of, in practice
+_NAME_TOKEN = re.compile(r"[\w./\-;:]+")  # what a node's name is made of, in practice (tf2onnx joins names by ';')
 
 
 @dataclass
@@ -431,9 +431,9 @@ class Model:
         found = set()
         for token in _NAME_TOKEN.findall(text):
             for part in token.split("..."):
-                index = by_name.get(part, by_name.get(part.rstrip(".")))
-                if index is not None and part.rstrip(".") not in ops:
-                    found.add(index)
+                name = part if part in by_name else part.rstrip(".:;")  # "(/a/Resize: ...)", "node a/b."
+                if name in by_name and name not in ops:
+                    found.add(by_name[name])
         return tuple(sorted(found)) if len(found) <= 2 else ()
 
     @cached_property

@@ -554,5 +554,6 @@ def test_the_nodes_a_message_names_are_whole_names_not_op_types_or_numbers(tmp_p
     assert model.named_in("{ForeignNode[/b/Sum.../b/Cast]}: could not find any implementation") == (
         index["/b/Sum"], index["/b/Cast"])
     assert model.named_in("of node (/body/Neg) does not match") == (index["/b/If"],)
+    assert model.named_in("Error Code 4: Internal Error (/b/Sum: reduction axes out of range)") == (index["/b/Sum"],)
     assert model.named_in("output '/a/Conv_output_0' while running Resize node 7 of 9, line 7") == ()
     assert model.named_in("built /a/Conv, built /b/Sum, built /b/Cast; failed") == ()  # a log, not a pointer
