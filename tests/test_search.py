@@ -266,14 +266,17 @@ def test_an_errors_prefix_ends_where_its_message_names_the_node(tmp_path):
 CONVERT_AND_LOAD = """import sys, onnx, onnxruntime
 from onnxconverter_common import float16
 model = float16.convert_float_to_float16(onnx.load(sys.argv[1]), keep_io_types=True)
+for node in model.graph.node:  # a verbose log: every node named
+    print("converted", node.name)
 onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 """
 
 
 def test_a_rerun_from_the_cache_knows_the_node_a_commands_error_named(tmp_path):
-    """Through a command the node's name is in its output, not in the verdict's one-line reason: the cache keeps
-    an error's output, so a re-run in the same folder searches as the first did and runs no check but the final
-    re-check (it spent 4 more when only the reason was kept)."""
+    """Through a command the node's name is in its output, not in the verdict's one-line reason, and a verbose
+    output names every node: the line the --fail-regex matches names the one that failed (fewer checks than the
+    same model unnamed). The cache keeps an error's output, so a re-run in the same folder searches as the first
+    did and runs no check but the final re-check (it spent 4 more when only the reason was kept)."""
     import sys
 
     check = tmp_path / "check.py"
@@ -281,6 +284,8 @@ def test_a_rerun_from_the_cache_knows_the_node_a_commands_error_named(tmp_path):
     model = converter_chain(tmp_path, True)
     flags = ["--fail-regex", "bound to different types", "--check", sys.executable, str(check), "{model}"]
     first = reduce_json(model, tmp_path / "out", *flags)
+    unnamed = reduce_json(converter_chain(tmp_path, False), tmp_path / "unnamed", *flags)
+    assert first["kept_nodes"] == unnamed["kept_nodes"] == [40, 41] and first["checks"] < unnamed["checks"]
     again = reduce_json(model, tmp_path / "out", *flags)
-    assert first["kept_nodes"] == again["kept_nodes"] == [40, 41] and first["cache_hits"] == 0
+    assert again["kept_nodes"] == [40, 41] and first["cache_hits"] == 0
     assert again["checks"] == 1 and again["cache_hits"] == first["checks"] - 1, (first, again)
