@@ -27,6 +27,10 @@ import onnx
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 WEIGHTS = "weights.bin"
+# onnx's own default (size_threshold): smaller tensors stay in the graph. ONNX Runtime maps each external tensor
+# on its own: a model of 14k blocks with every bias external (86k mappings) passes Linux's vm.max_map_count
+# (65530) and fails to load with std::bad_alloc
+INLINE_BELOW = 1024
 
 
 def transformer_stack(folder: Path, hidden: int = 4096, ff: int = 16384, blocks: int = 5, seq: int = 8,
@@ -39,6 +43,9 @@ def transformer_stack(folder: Path, hidden: int = 4096, ff: int = 16384, blocks:
 
     def weight(name: str, array: np.ndarray) -> str:
         tensor = numpy_helper.from_array(array.astype(np.float32), name)
+        if len(tensor.raw_data) < INLINE_BELOW:  # as onnx.save_model(save_as_external_data=True) keeps them
+            initializers.append(tensor)
+            return name
         external_data_helper.set_external_data(tensor, WEIGHTS)
         external_data_helper.save_external_data(tensor, str(folder))  # appended; offset and length recorded
         tensor.ClearField("raw_data")
@@ -116,7 +123,10 @@ def _peak_rss_of_tree(pid: int, peaks: dict, stop: threading.Event) -> None:
 
 def _disk_peak(folder: Path, peaks: dict, stop: threading.Event) -> None:
     while not stop.is_set():
-        used = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+        try:
+            used = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+        except OSError:  # a check's folder removed while it was walked: the next sample counts
+            used = 0
         peaks["out"] = max(peaks.get("out", 0), used)
         stop.wait(0.5)
 
