@@ -57,7 +57,7 @@ class VerdictCache:
         key = self.key(candidate_key)
         self._verdicts[key] = verdict
         entry = {"key": key, "verdict": verdict.to_json()}
-        if verdict.failing and not verdict.signature.is_numeric:  # what names the node an error came from
+        if verdict.signature is not None and not verdict.signature.is_numeric:  # what names the node an error came from
             entry["message"] = verdict.log[-MESSAGE_CHARS:]
         self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
