@@ -120,6 +120,9 @@ class Verdict:
     # False when the check was killed from outside (a user, a shutdown, the OOM killer) or nothing was judged:
     # a re-run would say something else, so the verdict is never cached (not written to JSON: never kept)
     lasting: bool = True
+    # the output's lines a --fail-regex matched: the error in its own words, where it names the node it came from
+    # (Reduction.named); cached, so a re-run from the cache searches as the first run did
+    message: str = ""
 
     @property
     def flaky(self) -> bool:
@@ -136,13 +139,24 @@ class Verdict:
             data["runs"] = list(self.runs)
         if self.elements is not None:
             data["elements"] = self.elements
+        if self.message:
+            data["message"] = self.message
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> Verdict:
         signature = Signature.from_json(data["signature"]) if data.get("signature") else None
         runs = tuple(data["runs"]) if data.get("runs") else None
-        return cls(data["failing"], signature, data.get("reason", ""), runs=runs, elements=data.get("elements"))
+        return cls(data["failing"], signature, data.get("reason", ""), runs=runs, elements=data.get("elements"),
+                   message=data.get("message", ""))
+
+
+MESSAGE_CHARS = 4000  # of the lines a --fail-regex matched: an error's own lines, not a verbose log
+
+
+def matched_lines(text: str, regexes) -> str:
+    """The lines of `text` that a --fail-regex matches (its last MESSAGE_CHARS characters)."""
+    return "\n".join(line for line in text.splitlines() if any(r.search(line) for r in regexes))[-MESSAGE_CHARS:]
 
 
 class Runner(Protocol):

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from oracles.base import KILLED_FROM_OUTSIDE, RunResult, Signature, Verdict
+from oracles.base import KILLED_FROM_OUTSIDE, RunResult, Signature, Verdict, matched_lines
 
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+)")
 
@@ -23,7 +23,8 @@ def runner_failure(result: RunResult, regexes: list[re.Pattern] | None = None) -
         else:
             status = _ORT_STATUS.search(text)
             detail = status.group(1) if status else text.split(":", 1)[0].strip()
-        return Verdict(True, Signature("error", detail), _first_line(result.error), result.log)
+        return Verdict(True, Signature("error", detail), _first_line(result.error), result.log,
+                       message=matched_lines(text, regexes) if regexes else "")
     killed_by = re.search(r"killed by (SIG\w+|signal \d+)", result.error) if result.status == "crash" else None
     detail = killed_by.group(1) if killed_by else ""
     return Verdict(True, Signature(result.status, detail), _first_line(result.error), result.log,

@@ -21,6 +21,7 @@ from oracles.base import (
     CheckJob,
     Signature,
     Verdict,
+    matched_lines,
     python_exception,
     signal_name,
 )
@@ -136,7 +137,8 @@ class CommandOracle:
         detail = f"matched /{'/, /'.join(matched)}/" if matched else f"exit code {code}"
         exception = python_exception(output)  # a crash of the check itself is not the failure it checks for
         reason = detail + (f"; the check raised {exception}" if exception else "")
-        return Verdict(True, Signature("command", detail, exception=exception), reason, output)
+        return Verdict(True, Signature("command", detail, exception=exception), reason, output,
+                       message=matched_lines(output, self.fail_regexes) if matched else "")
 
 
 class CheckCancelled(RuntimeError):

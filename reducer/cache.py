@@ -13,9 +13,6 @@ from oracles.base import Verdict
 # outside (a command killed so, whose exit code does not count as failing, says "exit code -9"), or none judged.
 _KILLED_FROM_OUTSIDE = re.compile(r"\b(SIGKILL|SIGTERM|SIGINT|SIGHUP|exit code -(9|15|2|1))\b")
 _NO_VERDICT = "the reference run of this candidate fails"
-# An error's output kept with its verdict, its end (where a check command prints the error): the node it names
-# guides the search (Reduction.named), so a re-run from the cache searches as the first run did
-MESSAGE_CHARS = 4000
 
 
 def _lasting_old_line(verdict: Verdict) -> bool:
@@ -35,7 +32,6 @@ class VerdictCache:
                 try:
                     entry = json.loads(line)
                     verdict = Verdict.from_json(entry["verdict"])
-                    verdict.log = entry.get("message", "")
                 except (ValueError, KeyError, TypeError, AttributeError):
                     continue  # a line cut short by a crash: the rest still counts
                 if _lasting_old_line(verdict):  # an older version kept killed checks too
@@ -56,10 +52,7 @@ class VerdictCache:
             return
         key = self.key(candidate_key)
         self._verdicts[key] = verdict
-        entry = {"key": key, "verdict": verdict.to_json()}
-        if verdict.signature is not None and not verdict.signature.is_numeric:  # what names the node an error came from
-            entry["message"] = verdict.log[-MESSAGE_CHARS:]
-        self._file.write(json.dumps(entry) + "\n")
+        self._file.write(json.dumps({"key": key, "verdict": verdict.to_json()}) + "\n")
         self._file.flush()
 
     def close(self) -> None:

@@ -423,19 +423,12 @@ class Reduction:
     def named(self) -> tuple[int, ...]:
         """The nodes the whole model's failure message names: an error's, which names the node it failed on (a
         numeric failure's message names tensors). A hint where the failure ends, never a verdict. Looked for in the
-        error's own line, then in the lines of the output a --fail-regex matches (a command's verbose log names every
-        layer it built: the error's line names the one that failed), then in the whole output."""
+        error's own line, then in the output's lines a --fail-regex matched (a verbose log names every layer it
+        built: the error's line names the one that failed); both are cached with the verdict, the log is not."""
         original = self.original
         if original is None or not original.failing or original.signature.is_numeric:
             return ()
-        regexes = (getattr(self.oracle, "fail_regexes", None)  # a command's, or the built-in error check's
-                   or getattr(getattr(self.oracle, "check", None), "regexes", None) or [])
-        matched = [line for line in original.log.splitlines() if any(r.search(line) for r in regexes)]
-        for text in (original.reason, "\n".join(matched), original.log):
-            named = self.model.named_in(text)
-            if named:
-                return named
-        return ()
+        return self.model.named_in(original.reason) or self.model.named_in(original.message)
 
     @cached_property
     def faithful_bound(self) -> float | None:
