@@ -154,7 +154,7 @@ class Verdict:
 MESSAGE_CHARS = 4000  # of the lines a --fail-regex matched: an error's own lines, not a verbose log
 
 
-def matched_lines(text: str, regexes) -> str:
+def matched_lines(text: str, regexes: list[re.Pattern]) -> str:
     """The lines of `text` that a --fail-regex matches (its last MESSAGE_CHARS characters)."""
     return "\n".join(line for line in text.splitlines() if any(r.search(line) for r in regexes))[-MESSAGE_CHARS:]
 
