@@ -80,11 +80,10 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     before = len(current)
     nodes = current.ordered()
     origin = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
-    hints = () if origin is None else (len(nodes) - origin - 1, len(nodes) - origin)
+    hints = () if origin is None else ending_at(nodes, origin)
     named = context.named_in(current)
-    if named:  # the prefix to the node an error names, then without it; past it by 1, 2, 4 nodes where it passes
-        end = nodes.index(named[-1])
-        hints += tuple(len(nodes) - end - 1 - step for step in (0, -1, *NAMED_STEPS) if end + step < len(nodes))
+    if named:
+        hints += ending_at(nodes, nodes.index(named[-1]), NAMED_STEPS)
     current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints,
                                  narrow=lambda failing, passing: failing_cone(failing, passing, context))
     if len(current) < before:
@@ -98,6 +97,12 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
             if winner is not None:
                 current = batch[winner]
     return current
+
+
+def ending_at(nodes: list[int], end: int, past: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """Cut points (nodes removed from the back) for the prefix ending at `nodes[end]`, then that prefix without it,
+    then the prefixes `past` nodes beyond it."""
+    return tuple(len(nodes) - end - 1 - step for step in (0, -1, *past) if end + step < len(nodes))
 
 
 def failing_cone(failing: Candidate, passing: frozenset[int], context: SearchContext) -> frozenset[int] | None:

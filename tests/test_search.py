@@ -71,7 +71,6 @@ def test_the_default_search_ends_once_its_bisections_are_done(tmp_path):
     node names): the bisections find them, the search ends there (`stopped_by: bisected`) inside the budget that
     ddmin used to spend to its end, the probes of later turns within what passed presumed to pass; --minimal goes
     on and confirms them 1-minimal, checking every removal."""
-    import subprocess
     import sys
 
     from onnx import TensorProto, helper
@@ -84,17 +83,12 @@ def test_the_default_search_ends_once_its_bisections_are_done(tmp_path):
                               [helper.make_tensor_value_info("t39", TensorProto.FLOAT, [4])])
     model = tmp_path / "chain.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
-    np.savez(tmp_path / "chain.npz", x=np.array([0.5, -1.0, 2.0, 3.0], np.float32))
+    np.savez(tmp_path / "x.npz", x=np.array([0.5, -1.0, 2.0, 3.0], np.float32))
     check = tmp_path / "check.py"
     check.write_text(NEEDS_A_STRETCH)
 
     def reduce(out, *flags):
-        done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
-                               str(tmp_path / "chain.npz"), "-o", str(out), "--json", *flags, "--fail-regex", "BUG",
-                               "--check", sys.executable, str(check), "{model}"],
-                              capture_output=True, text=True, cwd=ROOT, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads(done.stdout)
+        return reduce_json(model, out, *flags, "--fail-regex", "BUG", "--check", sys.executable, str(check), "{model}")
 
     report = reduce(tmp_path / "out")
     kept = sorted(node.name for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node)
