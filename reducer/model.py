@@ -513,10 +513,10 @@ class Model:
         node that turns floats into integers or booleans (a Cast to int, a Greater): it reads its float inputs at
         the target's precision, and 2.9999 rounded to fp16 is 3; nor one that makes floats of integers (a
         ConstantOfShape's value is clamped by the fp16 converter, not rounded as a fed value is)."""
-        independent, exact_ops = self.input_independent, MOVES | SELECTS | SHAPE_READERS
+        independent = self.input_independent
         return frozenset(index for index in range(len(self.nodes))
                          if index not in independent and not subgraphs(self.nodes[index])
-                         and (self.nodes[index].op_type in exact_ops
+                         and (self.moves_or_selects(index) or self.nodes[index].op_type in SHAPE_READERS
                               or not any(map(self._may_be_float, self.node_reads[index] + self.node_writes[index]))))
 
     def _may_be_float(self, name: str) -> bool:
@@ -530,10 +530,43 @@ class Model:
     def computes_float(self, index: int) -> bool:
         """Whether a node computes a float value (or one of unknown type) that its precision can change: it neither
         moves nor selects values."""
-        if self.nodes[index].op_type in MOVES | SELECTS:
+        if self.moves_or_selects(index):
             return False
         types = [self.value_type(name) for name in self.node_writes[index]]
         return any(t is None or t.tensor_type.elem_type in FLOAT_TYPES for t in types)
+
+    def moves_or_selects(self, index: int) -> bool:
+        """Whether a node's output is its inputs' values moved or selected, so that rounding commutes with it. A
+        Pad is one where what it pads with is too: an edge or a reflection, or a constant fp16 holds exactly (0, as
+        a Pad before a Conv has it); a constant 0.1 would be rounded where the target rounds weights."""
+        node = self.nodes[index]
+        if node.op_type in MOVES | SELECTS:
+            return True
+        if node.op_type != "Pad":
+            return False
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if attributes.get("mode", b"constant") != b"constant":
+            return True
+        value: object = attributes.get("value", 0.0)  # before opset 11
+        if len(node.input) > 2 and node.input[2]:
+            value = self._constant(node.input[2])
+            if value is None:
+                return False  # a run-time value
+        values = np.asarray(value, dtype=np.float64)
+        return bool(np.all(values.astype(np.float16).astype(np.float64) == values))
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        """A weight's or a Constant node's value; None for anything computed."""
+        if name in self.initializers:
+            return self.initializer_array(name)
+        writer = self.producer.get(name)
+        if writer is None or self.nodes[writer].op_type != "Constant":
+            return None
+        for attribute in self.nodes[writer].attribute:
+            if attribute.name in ("value", "value_float", "value_floats"):
+                value = onnx.helper.get_attribute_value(attribute)
+                return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+        return None
 
     @cached_property
     def dag(self) -> nx.DiGraph:

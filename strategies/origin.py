@@ -101,7 +101,7 @@ class FailureOrigin:
         # reference) computes what that failing probe computed, and all below it (the Constants it reads stay
         # constants, as the probes computed them: see candidate.stays_constant). The smallest first: the proofs of
         # all three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
-        fronts = {prefix & current.nodes,
+        fronts = {prefix & current.nodes, without_leading_moves(nodes[:end], context, current),
                   grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
                   grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}
         options = [region, *sorted(fronts, key=lambda o: (len(o), min(o, default=0)))]
@@ -129,6 +129,28 @@ class FailureOrigin:
 def computes(model: Model, index: int) -> bool:
     """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
     return index not in model.input_independent and model.computes_float(index)
+
+
+def without_leading_moves(prefix: list[int], context: SearchContext, current: Candidate) -> frozenset[int]:
+    """A prefix without the nodes at its front that only move or select what the graph's inputs hold (a Pad, a
+    Reshape of the input: given the reference's values they compute them exactly, so they are no part of a cause
+    and only crowd a vendor's repro), nor the Constants only those read. Where the cause is proven by feeding the
+    reference, its `without` run is the prefix's own (those nodes feed only nodes fed the reference)."""
+    if not context.exact_by_reference:
+        return frozenset(prefix) & current.nodes  # kept in fp32 instead, they would round its inputs to fp16
+    model = context.model
+    moved: set[int] = set()
+    for node in prefix:
+        if computes(model, node) or node in model.input_independent:
+            continue
+        feeding = (model.producer_in(name, current.nodes) for name in model.node_reads[node])
+        if all(p is None or p in moved or p in model.input_independent for p in feeding):
+            moved.add(node)
+    kept = [node for node in prefix if node not in moved]
+    read = {name for node in kept if node not in model.input_independent for name in model.node_reads[node]}
+    kept = [node for node in kept if node not in model.input_independent
+            or read.intersection(model.node_writes[node])]
+    return grown(frozenset(kept) & current.nodes, context, current)
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:

@@ -351,6 +351,51 @@ def test_only_nodes_whose_exact_inputs_give_exact_outputs_compute_nothing(tmp_pa
     assert names == {"move", "select", "shape", "integers"}
 
 
+def test_a_pad_computes_nothing_only_where_fp16_holds_what_it_pads_with(tmp_path):
+    """A Pad moves its input's values and adds its constant: where fp16 holds that constant exactly (0) or it pads
+    with its input's own values (edge, reflect), exact inputs give exact outputs at any precision; a constant 0.1,
+    or one computed at run time, is rounded where the target rounds it."""
+    from reducer.model import load_model
+
+    pads = numpy_helper.from_array(np.array([0, 1, 0, 1], dtype=np.int64), "pads")
+    nodes = [helper.make_node("Pad", ["x", "pads", "zero"], ["a"], name="zero"),
+             helper.make_node("Pad", ["x", "pads"], ["b"], name="default"),
+             helper.make_node("Pad", ["x", "pads"], ["c"], name="edge", mode="edge"),
+             helper.make_node("Pad", ["x", "pads", "tenth"], ["d"], name="tenth"),
+             helper.make_node("ReduceMax", ["x"], ["m"], name="computed_value", keepdims=0),
+             helper.make_node("Pad", ["x", "pads", "m"], ["e"], name="run_time")]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 5]) for name in "abcde"]
+    graph = helper.make_graph(nodes, "pads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              outputs, [pads, _const("zero", 0.0), _const("tenth", 0.1)])
+    path = tmp_path / "pads.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    names = {model.nodes[i].name for i in model.computes_nothing}
+    assert names == {"zero", "default", "edge", "computed_value"}
+
+
+def test_a_repro_leaves_out_the_moves_at_its_front(tmp_path):
+    """openWakeWord's embedding (evaluation set, fetched from its wheel on first use) fails in fp16 at 1e-2 from its
+    first Conv and BatchNormalization; the BatchNormalization alone does not fail, so the repro is the prefix that
+    the end search proved. That prefix starts with a zero Pad and a Reshape of the input, which given the
+    reference's values compute it exactly: through a check command (the proof fed the reference) the repro is the
+    Conv, its Relu and the BatchNormalization, as small as Polygraphy's (3 nodes, a bystander kept in fp32; ours
+    is proven), in at most 1.5 times its 8 checks."""
+    from corpus_files import corpus_model
+
+    path = tmp_path / "embedding.onnx"
+    path.symlink_to(corpus_model("models/openwakeword_embedding_model.onnx", manifest="evaluation.json"))
+    with np.load(ROOT / "corpus" / "inputs" / "eval_oww_embedding_window.npz") as given:
+        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
+                    "{inputs}", *FP16)
+    kinds = [node.op_type for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
+    assert kinds == ["Conv", "Relu", "BatchNormalization"], kinds
+    assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
+    assert report["checks"] <= 12, report["checks"]
+
+
 def overflow_model(path: Path, padding: int = 24, harmless: bool = False) -> dict[str, str]:
     """x in 0.3..1 (1x16) through `padding` harmless Abs/Relu nodes, then two Muls by 1000: the second computes
     3e5..1e6, beyond fp16's 65504 (Inf there), and a Mul by 1e-3 brings it back in range in fp32 only (a Relu
