@@ -669,7 +669,7 @@ class Reduction:
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
                                 self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
                                 self.overflow_region, self.checks_left, self.cause_method == "reference",
-                                self.named)
+                                self.named, small_cause(len(self.model)) if self.check_budget is not None else 0)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

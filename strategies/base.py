@@ -86,6 +86,8 @@ class SearchContext:
     # nodes the whole model's failure message names (an error names the node it failed on; see Model.named_in);
     # empty for a numeric failure, whose message names tensors
     named: tuple[int, ...] = ()
+    # a proven repro of at most this many nodes ends the default search (0: none does; --minimal goes on)
+    final_size: int = 0
 
     def named_in(self, current: Candidate) -> list[int]:
         """The named nodes `current` keeps."""

@@ -101,9 +101,14 @@ class FailureOrigin:
         # reference) computes what that failing probe computed, and all below it (the Constants it reads stay
         # constants, as the probes computed them: see candidate.stays_constant). The smallest first: the proofs of
         # all three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
-        fronts = {prefix & current.nodes, without_leading_moves(nodes[:end], context, current),
+        fronts = {prefix & current.nodes,
                   grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
                   grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}
+        # the prefix without the moves at its front, where that would be the result (an intermediate result's moves
+        # cost nothing to keep: its proof is the probes', and the search goes on)
+        trimmed = without_leading_moves(nodes[:end], context, current)
+        if len(trimmed) <= context.final_size:
+            fronts.add(trimmed)
         options = [region, *sorted(fronts, key=lambda o: (len(o), min(o, default=0)))]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
@@ -127,15 +132,18 @@ class FailureOrigin:
 
 
 def computes(model: Model, index: int) -> bool:
-    """Whether a node's precision can matter: it computes a float value (or one of unknown type) from the inputs."""
-    return index not in model.input_independent and model.computes_float(index)
+    """Whether a node's precision can matter: an input reaches it, and given exact values it may not give exact ones
+    (Model.computes_nothing: a Cast of floats to integers or a comparison of floats counts, as 2.9999 rounded to fp16
+    is 3)."""
+    return index not in model.input_independent and index not in model.computes_nothing
 
 
 def without_leading_moves(prefix: list[int], context: SearchContext, current: Candidate) -> frozenset[int]:
     """A prefix without the nodes at its front that only move or select what the graph's inputs hold (a Pad, a
     Reshape of the input: given the reference's values they compute them exactly, so they are no part of a cause
     and only crowd a vendor's repro), nor the Constants only those read. Where the cause is proven by feeding the
-    reference, its `without` run is the prefix's own (those nodes feed only nodes fed the reference)."""
+    reference, its `without` run is the prefix's own (those nodes feed only nodes fed the reference); its
+    `downstream` run is one more check."""
     if not context.exact_by_reference:
         return frozenset(prefix) & current.nodes  # kept in fp32 instead, they would round its inputs to fp16
     model = context.model

@@ -349,6 +349,12 @@ def test_only_nodes_whose_exact_inputs_give_exact_outputs_compute_nothing(tmp_pa
     model = load_model(path)
     names = {model.nodes[i].name for i in model.computes_nothing}
     assert names == {"move", "select", "shape", "integers"}
+    # origin's end search asks a cut only past a node that computes: past one that does not, it asks what the cut
+    # before it asks; past a Cast of floats to integers it asks something else
+    from strategies.origin import computes
+
+    assert {model.nodes[i].name for i in range(len(model.nodes)) if computes(model, i)} == {
+        "to_int", "compare", "fill", "compute"}
 
 
 def test_a_pad_computes_nothing_only_where_fp16_holds_what_it_pads_with(tmp_path):
