@@ -139,6 +139,15 @@ def test_repro_py_reproduces_in_a_fresh_process(silero, tmp_path):
     assert "NOT REPRODUCED" in done.stdout
 
 
+def test_repro_py_without_numpy_says_it_cannot_run_here_not_reproduced(silero, tmp_path):
+    """A vendor's Python without numpy: exit 2 and one line, never a traceback's exit 1, which says reproduced."""
+    bundle = unzip(silero, tmp_path)
+    done = run_repro(bundle, sys.executable, "-I", "-S", "repro.py")  # -S: no site-packages, so no numpy
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.strip() == "cannot run here: numpy is not installed (pip install numpy)"
+    assert "Traceback" not in done.stderr
+
+
 def test_repro_sh_is_a_working_polygraphy_command(silero, tmp_path):
     bundle = unzip(silero, tmp_path)
     script = (bundle / "repro.sh").read_text()

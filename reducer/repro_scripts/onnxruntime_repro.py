@@ -13,7 +13,11 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a traceback would exit 1, which says "reproduced"
+    print("cannot run here: numpy is not installed (pip install numpy)")
+    sys.exit(2)
 
 # --- settings (written by onnx-reduce) ---
 CHECK = "tolerance"  # nan | tolerance | error

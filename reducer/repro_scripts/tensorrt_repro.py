@@ -15,7 +15,11 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a traceback would exit 1, which says "reproduced"
+    print("cannot run here: numpy is not installed (pip install numpy)")
+    sys.exit(2)
 
 # --- settings (written by onnx-reduce) ---
 CHECK = "error"  # nan | tolerance | error
@@ -146,4 +150,8 @@ def main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Exception as exc:  # never exit 1 (reproduced) because of a problem of our own
+        print(f"cannot run here: {type(exc).__name__}: {exc}")
+        sys.exit(2)
