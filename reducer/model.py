@@ -552,7 +552,10 @@ class Model:
             value = self._constant(node.input[2])
             if value is None:
                 return False  # a run-time value
-        values = np.asarray(value, dtype=np.float64)
+        try:
+            values = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):  # a string Pad's constant: no rounding to speak of, but no float either
+            return False
         return bool(np.all(values.astype(np.float16).astype(np.float64) == values))
 
     def _constant(self, name: str) -> np.ndarray | None:

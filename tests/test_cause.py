@@ -378,6 +378,14 @@ def test_a_pad_computes_nothing_only_where_fp16_holds_what_it_pads_with(tmp_path
     model = load_model(path)
     names = {model.nodes[i].name for i in model.computes_nothing}
     assert names == {"zero", "default", "edge", "computed_value"}
+    # a Pad of strings pads with a string: no float to round, and no error
+    graph = helper.make_graph([helper.make_node("Pad", ["s", "pads", "letter"], ["t"], name="strings")], "strings",
+                              [helper.make_tensor_value_info("s", TensorProto.STRING, [2, 3])],
+                              [helper.make_tensor_value_info("t", TensorProto.STRING, [2, 5])],
+                              [pads, helper.make_tensor("letter", TensorProto.STRING, [], [b"z"])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    assert not model.moves_or_selects(0) and model.computes_nothing == {0}
 
 
 def test_a_repro_leaves_out_the_moves_at_its_front(tmp_path):
