@@ -439,14 +439,16 @@ class Model:
     @cached_property
     def _names(self) -> tuple[dict[str, int], frozenset[str]]:
         by_name: dict[str, int] = {}
+        ops: set[str] = set()  # at every depth: "running Gather node" names no node, whether or not a body holds it
         for index in range(len(self.nodes)):  # an inlined branch's nodes, before their If, keep their names
             pending = [self.nodes[index]]
             while pending:
                 node = pending.pop()
+                ops.add(node.op_type)
                 if node.name and not node.name.isdigit():
                     by_name.setdefault(node.name, index)
                 pending.extend(inner for body in subgraphs(node) for inner in body.node)
-        return by_name, frozenset(node.op_type for node in self.nodes)
+        return by_name, frozenset(ops)
 
     def writers(self, name: str) -> tuple[int, ...]:
         """Every node that writes `name`: its producer, and where control flow was inlined, the If (Loop) and

@@ -534,7 +534,8 @@ def test_the_nodes_a_message_names_are_whole_names_not_op_types_or_numbers(tmp_p
     """An engine's error names the node it failed on (ONNX Runtime's "Name:'...'" and "in node (...)", TensorRT's
     fused region "[first...last]"); a node inside an If's branch stands for the If. Not a name: a part of a longer
     token (a tensor "/a/Conv_output_0" is not the node "/a/Conv"), an op type ("running Resize node"), a number."""
-    then = helper.make_graph([helper.make_node("Neg", ["r"], ["b"], name="/body/Neg")], "then", [],
+    then = helper.make_graph([helper.make_node("Neg", ["r"], ["n"], name="/body/Neg"),
+                              helper.make_node("Tanh", ["n"], ["b"], name="Tanh")], "then", [],
                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="/a/Conv"),
              helper.make_node("Resize", ["r", "", "scales"], ["s"], name="Resize"),
@@ -557,3 +558,4 @@ def test_the_nodes_a_message_names_are_whole_names_not_op_types_or_numbers(tmp_p
     assert model.named_in("Error Code 4: Internal Error (/b/Sum: reduction axes out of range)") == (index["/b/Sum"],)
     assert model.named_in("output '/a/Conv_output_0' while running Resize node 7 of 9, line 7") == ()
     assert model.named_in("built /a/Conv, built /b/Sum, built /b/Cast; failed") == ()  # a log, not a pointer
+    assert model.named_in("while running Tanh node") == ()  # an op type only a body holds is no name either
