@@ -27,7 +27,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Generator
 
 from reducer.candidate import Candidate
-from reducer.counterfactual import SPREAD_NODES, downstream
+from reducer.counterfactual import SPREAD_NODES, downstream, feeding
 from reducer.model import Model
 from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
@@ -105,10 +105,12 @@ class FailureOrigin:
                   grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
                   grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}
         # the prefix without the moves at its front, where that would be the result (an intermediate result's moves
-        # cost nothing to keep: its proof is the probes', and the search goes on)
-        trimmed = without_leading_moves(nodes[:end], context, current)
-        if len(trimmed) <= context.final_size:
-            fronts.add(trimmed)
+        # cost nothing to keep: its proof is the probes', and the search goes on); only where Exact feeds the
+        # reference: kept in fp32 instead, those moves hand the rest the exact input, not its fp16 rounding
+        if context.exact_by_reference and context.final_size:
+            trimmed = without_leading_moves(nodes[:end], context, current)
+            if len(trimmed) <= context.final_size:
+                fronts.add(trimmed)
         options = [region, *sorted(fronts, key=lambda o: (len(o), min(o, default=0)))]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
@@ -141,24 +143,18 @@ def computes(model: Model, index: int) -> bool:
 def without_leading_moves(prefix: list[int], context: SearchContext, current: Candidate) -> frozenset[int]:
     """A prefix without the nodes at its front that only move or select what the graph's inputs hold (a Pad, a
     Reshape of the input: given the reference's values they compute them exactly, so they are no part of a cause
-    and only crowd a vendor's repro), nor the Constants only those read. Where the cause is proven by feeding the
-    reference, its `without` run is the prefix's own (those nodes feed only nodes fed the reference); its
-    `downstream` run is one more check."""
-    if not context.exact_by_reference:
-        return frozenset(prefix) & current.nodes  # kept in fp32 instead, they would round its inputs to fp16
+    and only crowd a vendor's repro), nor the Constants only those read. Its `without` run, feeding the reference,
+    is the prefix's own (those nodes feed only nodes fed the reference); its `downstream` run is one more check."""
     model = context.model
     moved: set[int] = set()
-    for node in prefix:
-        if computes(model, node) or node in model.input_independent:
-            continue
-        feeding = (model.producer_in(name, current.nodes) for name in model.node_reads[node])
-        if all(p is None or p in moved or p in model.input_independent for p in feeding):
+    for node in prefix:  # in order: a node's producers come first
+        feeders = (model.producer_in(name, current.nodes) for name in model.node_reads[node])
+        if node in model.computes_nothing and all(
+                p is None or p in moved or p in model.input_independent for p in feeders):
             moved.add(node)
-    kept = [node for node in prefix if node not in moved]
-    read = {name for node in kept if node not in model.input_independent for name in model.node_reads[node]}
-    kept = [node for node in kept if node not in model.input_independent
-            or read.intersection(model.node_writes[node])]
-    return grown(frozenset(kept) & current.nodes, context, current)
+    computing = [node for node in prefix if node not in moved and node not in model.input_independent]
+    # with the Constants (and what computes from them alone) that those nodes read
+    return grown(feeding(model, computing, frozenset(prefix) - moved), context, current)
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:
