@@ -472,8 +472,9 @@ STOP_MESSAGES = {"small": "a proven cause of {nodes} nodes: the default search e
                           "each of them)",
                  "bisected": "the bisections are done ({nodes} nodes): the default search ends here (--minimal goes "
                              "on to remove nodes one by one and in scattered sets, about a check per node)",
-                 "spread": "the error is spread over the shortest stretch that carries it ({nodes} nodes): the "
-                           "default search ends here (--minimal looks for a smaller scattered set, at many checks)"}
+                 "spread": "the error is spread over the shortest stretch that carries it, or over parallel parts "
+                           "of it ({nodes} nodes): the default search ends here (--minimal looks for a smaller "
+                           "scattered set, at many checks)"}
 
 
 def cause_report(reduction: Reduction) -> dict | None:

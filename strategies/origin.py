@@ -26,6 +26,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Generator
 
+import networkx as nx
+
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES, downstream, feeding
 from reducer.model import Model
@@ -114,11 +116,26 @@ class FailureOrigin:
         options = [region, *sorted(fronts, key=lambda o: (len(o), min(o, default=0)))]
         batch = self._batch(current, options)
         winner = (yield batch) if batch else None
-        found_region = current.nodes == region if winner is None else batch[winner].nodes == region
-        if found_region and len(region) > SPREAD_NODES:
-            # the shortest stretch of the order that carries it (to within a quarter): no prefix of it does,
-            # nor a suffix a quarter shorter (the two searches showed it); only a scattered subset could, which
-            # takes ddmin's many checks
+        if winner is not None:
+            current = batch[winner]
+        if current.nodes != region or len(region) <= SPREAD_NODES:
+            return
+        # a stretch of the order that carries it holds parts that share no computed tensor (parallel branches: an
+        # fp16 underflow in each of swift-f0's three STFTs, the stretch from the first one's power to the last
+        # one's Log): the start search cut the first part only. Each part cut to that length, one run asks
+        # whether they carry it together; proven, they are the result (its `without` run is that run)
+        tails = parallel_tails(region, context)
+        if tails is not None and len(tails) < len(region):
+            still_failing = yield Exact(tails)
+            if still_failing is None:
+                return
+            batch = [] if still_failing else self._batch(current, [tails])
+            if batch and (yield batch) is not None:
+                current = batch[0]
+        if len(current) > SPREAD_NODES:
+            # the shortest stretch of the order that carries it (to within a quarter), or its parallel parts cut to
+            # the first one's length: no prefix of it does, nor a suffix a quarter shorter (the two searches showed
+            # it); only a scattered subset could, which takes ddmin's many checks
             yield Settled("spread")
 
     @staticmethod
@@ -155,6 +172,25 @@ def without_leading_moves(prefix: list[int], context: SearchContext, current: Ca
     computing = [node for node in prefix if node not in moved and node not in model.input_independent]
     # with the Constants (and what computes from them alone) that those nodes read
     return grown(feeding(model, computing, frozenset(prefix) - moved), context, current)
+
+
+def parallel_tails(region: frozenset[int], context: SearchContext) -> frozenset[int] | None:
+    """The region's parts that share no computed tensor (what an input reaches, weakly connected), each cut to its
+    last nodes in the order from where it has as many nodes that compute left as the first part (where the start
+    search cut) has, with the Constants they read; None where the region is one part."""
+    model = context.model
+    live = [n for n in sorted(region) if n not in model.input_independent]
+    parts = sorted((sorted(part) for part in nx.weakly_connected_components(model.dag.subgraph(live))), key=min)
+    if len(parts) < 2:
+        return None
+    first = parts[0]
+    length = sum(computes(model, n) for n in first)
+    kept: set[int] = set()
+    for part in parts:
+        computing = [n for n in part if computes(model, n)]
+        if computing:  # a part that computes nothing is the same fed from the reference
+            kept.update(n for n in part if n >= computing[-min(length, len(computing))])
+    return feeding(model, kept, frozenset(kept) | (region & model.input_independent))
 
 
 def region_length(end: int, exact_at: Callable[[int], frozenset[int]]) -> Generator[Exact, bool | None, int | None]:

@@ -245,6 +245,50 @@ def test_a_spread_error_is_said_to_be_spread_within_the_default_budget(tmp_path)
     assert "spread" in head and "1-minimal: not sought" in head
 
 
+def parallel_causes_model(path: Path, pads: int = 20) -> None:
+    """Two branches of x that share no computed tensor, each `pads` Abs nodes (nothing to compute: x > 0), then a
+    cancellation (a Mul by 1.0003, which fp16 rounds to 1.0, minus its input: 3e-4 * x in fp32, 0 in fp16) scaled
+    back up by 1e4, each branch its own output. Each cancellation fails alone and neither carries the failure
+    alone: the other branch's output stays wrong. Branch a comes first in the order."""
+    nodes, outputs = [], []
+    for branch in "ab":
+        last = "x"
+        for i in range(pads):
+            nodes.append(helper.make_node("Abs", [last], [f"{branch}p{i}"], name=f"{branch}_pad_{i}"))
+            last = f"{branch}p{i}"
+        nodes += [helper.make_node("Mul", [last, "gain"], [f"{branch}g"], name=f"{branch}_gain"),
+                  helper.make_node("Sub", [f"{branch}g", last], [f"{branch}c"], name=f"{branch}_cancel"),
+                  helper.make_node("Mul", [f"{branch}c", "ten_k"], [f"{branch}y"], name=f"{branch}_magnify")]
+        outputs.append(helper.make_tensor_value_info(f"{branch}y", TensorProto.FLOAT, [1, 16]))
+    graph = helper.make_graph(nodes, "parallel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              outputs, [_const("gain", [1.0003]), _const("ten_k", [1e4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(7).uniform(0.3, 1.0, size=(1, 16)).astype(np.float32))
+
+
+def test_causes_in_parallel_branches_are_kept_without_the_stretch_between_them(tmp_path):
+    """The shortest stretch of the order that carries it runs from the first branch's cancellation through all of
+    the second branch, its Abs nodes included (swift-f0's three STFTs, each with its own fp16 underflow: 130
+    nodes, said to be spread). Cut to as many nodes as the first branch keeps there, the second branch's part
+    carries the failure with the first's, and together they fail alone: the result is a part of each branch,
+    proven, and no Abs of either."""
+    from reducer.driver import default_budget
+
+    path = tmp_path / "parallel.onnx"
+    parallel_causes_model(path)
+    flags = ["--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.01", "--rtol", "0.01"]
+    assert check(path, *flags) == 1
+    check_script = ROOT / "scripts" / "check_candidate.py"  # the proof feeds the reference, as swift-f0's did
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
+                    "{inputs}", *flags)
+    kept = kept_names(tmp_path)
+    assert report["cause"]["holds"] and not report["cause"]["spread"], report["cause"]
+    assert {name[0] for name in kept} == {"a", "b"} and not [name for name in kept if "_pad_" in name], kept
+    assert report["checks"] <= default_budget(report["nodes_before"])
+
+
 def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
     """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""
