@@ -185,6 +185,8 @@ def parallel_tails(region: frozenset[int], context: SearchContext) -> frozenset[
         return None
     first = parts[0]
     length = sum(computes(model, n) for n in first)
+    if not length:  # the start search's cut left nothing that computes there: no length to cut the others to
+        return None
     kept: set[int] = set()
     for part in parts:
         computing = [n for n in part if computes(model, n)]

@@ -289,6 +289,26 @@ def test_causes_in_parallel_branches_are_kept_without_the_stretch_between_them(t
     assert report["checks"] <= default_budget(report["nodes_before"])
 
 
+def test_swift_f0s_three_underflows_are_kept_without_the_stretch_between_them(tmp_path):
+    """The held-out set's swift-f0 (fetched from its wheel on first use) in fp16 storage, through a check command:
+    each of its three STFT branches stores powers down to 1e-12 as 0, and a Log gives -Inf. The shortest stretch
+    of the order that carries it ran from the first branch's power through the third branch (130 nodes); each
+    branch cut to the first one's length, the three carry it together, proven fed the reference."""
+    from corpus_files import corpus_model
+
+    path = tmp_path / "swift_f0.onnx"
+    path.symlink_to(corpus_model("models/swift_f0_model.onnx", manifest="heldout.json"))
+    with np.load(ROOT / "corpus" / "inputs" / "eval_swift_f0_utterance.npz") as given:
+        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
+                    "{inputs}", "--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", "nan")
+    kinds = [node.op_type for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
+    assert kinds.count("Sqrt") == 3 and report["nodes_after"] <= 50, (report["nodes_after"], kinds)
+    assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
+    assert report["checks"] <= 15, report["checks"]  # Polygraphy: 7 nodes in 15 (an onset, not shown to carry it)
+
+
 def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
     """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""
