@@ -17,7 +17,9 @@ tried, then the prefix (proven by the search's own probes, so one check) and the
 and at the end search's last failing probe, the smallest first. The region's
 proof is the search's own last probe, so it costs nothing more. The prefix is tried before
 the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
-ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Numeric
+ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Where that
+stretch holds parts that share no computed tensor (parallel branches, each with an error of its own), each part is
+first cut to as many computing nodes as the first part keeps, and tried (one run, then its check). Numeric
 failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks for the end,
 log2(log2 n) and log2 of the region's length for the start."""
 
@@ -125,6 +127,7 @@ class FailureOrigin:
         # one's Log): the start search cut the first part only. Each part cut to that length, one run asks
         # whether they carry it together; proven, they are the result (its `without` run is that run)
         tails = parallel_tails(region, context)
+        tails = None if tails is None else grown(tails, context, current)
         if tails is not None and len(tails) < len(region):
             still_failing = yield Exact(tails)
             if still_failing is None:

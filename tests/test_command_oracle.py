@@ -353,3 +353,30 @@ def test_a_check_that_does_not_compile_is_its_own_failure(job, tmp_path):
     assert broken.failing and broken.signature.exception in ("SyntaxError", "IndentationError"), broken.reason
     assert meant.failing and meant.signature.exception == ""
     assert not broken.signature.same_failure(meant.signature)
+
+
+def test_a_cached_verdict_does_not_outlive_the_files_the_command_names(tmp_path):
+    """The verdict cache holds what a verdict depends on, and a command's verdict depends on the files it names (its
+    script, its reference data): run again into the same output folder after one of them changed, the whole model is
+    checked again, not answered from the first run's cache (which said it failed: reduced, then not reproduced at
+    the final re-check)."""
+    import subprocess
+
+    model = tmp_path / "tiny.onnx"
+    onnx.save(_tiny_model(), str(model))
+    np.savez(tmp_path / "tiny.npz", x=np.arange(6, dtype=np.float32).reshape(2, 3))
+    (tmp_path / "check.py").write_text("import sys; sys.exit(int(open(sys.argv[1]).read()))\n")
+    verdict = tmp_path / "verdict.txt"
+
+    def reduce() -> dict:
+        done = subprocess.run([sys.executable, "-m", "reducer", "reduce", str(model), "--inputs",
+                               str(tmp_path / "tiny.npz"), "-o", str(tmp_path / "out"), "--json", "--fail-code", "1",
+                               "--check", sys.executable, str(tmp_path / "check.py"), str(verdict)],
+                              capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+        return json.loads(done.stdout)
+
+    verdict.write_text("1")
+    assert reduce()["status"] == "reduced"
+    verdict.write_text("0")
+    second = reduce()
+    assert second["status"] == "not-failing" and second["cache_hits"] == 0, second
