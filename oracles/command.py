@@ -28,6 +28,7 @@ from oracles.base import (
 from reducer import interrupts
 from reducer.candidate import save_model
 from reducer.errors import UsageError
+from reducer.model import file_digest
 
 POLYGRAPHY_ARTIFACT = "polygraphy_debug.onnx"  # what Polygraphy's --check commands expect to find
 # A command that can keep named nodes in fp32 (trtexec --layerPrecisions, Polygraphy --layer-precisions,
@@ -86,7 +87,7 @@ class CommandOracle:
             "ignore_fail_regex": [r.pattern for r in ignore_fail_regexes or []],
             # what the files it names hold (a check script, its reference data): a verdict cached by an earlier
             # run into the same folder no longer holds once the user changes them
-            "files": {arg: _file_identity(arg) for arg in self.argv
+            "files": {arg: file_digest(arg) for arg in self.argv
                       if os.path.isfile(arg) and os.path.basename(arg) != POLYGRAPHY_ARTIFACT},
         }
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
@@ -223,19 +224,6 @@ def _kill_group(process: subprocess.Popen, reason: threading.Event | None = None
         os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
     except (ProcessLookupError, PermissionError):  # all ended already; one that changed user is not ours to kill
         pass
-
-
-def _file_identity(path: str, hashed_up_to: int = 256 << 20) -> str:
-    """A file's contents, hashed; one larger than `hashed_up_to` by its size and modification time (hashing GBs at
-    every start would cost more than the checks it spares)."""
-    stat = os.stat(path)
-    if stat.st_size > hashed_up_to:
-        return f"{stat.st_size}:{stat.st_mtime_ns}"
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _absolute_if_exists(arg: str) -> str:

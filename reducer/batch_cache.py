@@ -37,24 +37,16 @@ def result_key(model: Path, argv: list[str], versions: dict[str, str]) -> str | 
     """What a model's result depends on, hashed; None when the model cannot be read (it is reduced, and its
     error reported, as without a cache). `argv`: its reduce command line without the output folder; the
     files it names (inputs, a check script) count by their bytes."""
-    from reducer.model import _check_external_data, _fingerprint
+    from reducer.model import _check_external_data, _fingerprint, file_digest
 
     try:
         proto = onnx.load(str(model), load_external_data=False)
         fingerprint = _fingerprint(model, _check_external_data(proto, model.parent))
     except Exception:
         return None
-    files = {arg: _file_hash(Path(arg)) for arg in argv if os.path.isabs(arg) and os.path.isfile(arg)}
+    files = {arg: file_digest(arg) for arg in argv if os.path.isabs(arg) and os.path.isfile(arg)}
     identity = {"version": KEY_VERSION, "model": fingerprint, "argv": argv, "files": files, "runtimes": versions}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _file_hash(path: Path) -> str:
-    digest = hashlib.blake2b()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def restore(cache: Path, key: str, out: Path) -> dict | None:

@@ -1068,6 +1068,14 @@ def _hash_file(digest, path: Path) -> None:
             digest.update(block)
 
 
+def file_digest(path: Path | str) -> str:
+    """Every byte of a file, hashed (BLAKE2, as the model's fingerprint): what a cache key takes of a file a command
+    line names, a check script or its data, so that a file changed in place is seen."""
+    digest = hashlib.blake2b()
+    _hash_file(digest, Path(path))
+    return digest.hexdigest()
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
