@@ -96,23 +96,25 @@ def timed_run(sess, feeds):
     return out, time.perf_counter() - t
 
 
-def build_target(model, runner):
+def target_kind(runner):
+    """(precision, level) of a runner this script runs alone: ONNX Runtime CPU fp16 (at O3) or fp32 at a level;
+    None for the others (fp16 storage, a GPU), which `onnx-reduce check` runs."""
     parts = runner.split(":")
-    if parts[:2] != ["onnxruntime", "cpu"]:
-        raise ValueError("unknown runner " + runner)
-    if parts[2] == "fp16" and len(parts) == 3:
-        return session(to_fp16(model), LEVELS["O3"])
+    if parts[:2] != ["onnxruntime", "cpu"] or len(parts) < 3:
+        return None
+    if parts[2:] == ["fp16"]:
+        return "fp16", "O3"
     if parts[2] == "fp32":
-        return session(model, LEVELS[parts[3] if len(parts) > 3 else "O3"])
-    raise ValueError("unknown runner " + runner)
+        return "fp32", parts[3] if len(parts) > 3 else "O3"
+    return None
 
 
-def runs_standalone(runner, fail_on):
-    """Whether build_target and check handle it: ONNX Runtime CPU fp16 or fp32 at a level, a NaN or tolerance
-    check."""
-    parts = runner.split(":")
-    known = parts[:2] == ["onnxruntime", "cpu"] and (parts[2:] == ["fp16"] or (len(parts) > 2 and parts[2] == "fp32"))
-    return known and fail_on in ("nan", "tolerance")
+def build_target(model, runner):
+    kind = target_kind(runner)
+    if kind is None:
+        raise ValueError("unknown runner " + runner)
+    precision, level = kind
+    return session(to_fp16(model) if precision == "fp16" else model, LEVELS[level])
 
 
 def check(kind, ref, tgt, atol, rtol):
@@ -180,7 +182,7 @@ def main():
     for e in entries:
         if args.only and e["name"] not in args.only:
             continue
-        if not runs_standalone(e["runner"], e["fail_on"]):  # the evaluation sets' fp16-storage runs and errors
+        if target_kind(e["runner"]) is None or e["fail_on"] not in ("nan", "tolerance"):  # fp16 storage, errors
             print("SKIP     %-48s %s %s is not one this script runs alone (onnx-reduce check runs it)"
                   % (e["name"], e["runner"], e["fail_on"]))
             skipped += 1

