@@ -87,8 +87,7 @@ class CommandOracle:
             "ignore_fail_regex": [r.pattern for r in ignore_fail_regexes or []],
             # what the files it names hold (a check script, its reference data): a verdict cached by an earlier
             # run into the same folder no longer holds once the user changes them
-            "files": {arg: file_digest(arg) for arg in self.argv
-                      if os.path.isfile(arg) and os.path.basename(arg) != POLYGRAPHY_ARTIFACT},
+            "files": _named_file_digests(self.argv),
         }
         self.fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
@@ -224,6 +223,18 @@ def _kill_group(process: subprocess.Popen, reason: threading.Event | None = None
         os.killpg(process.pid, signal.SIGKILL)  # the whole group: a check's children hang too
     except (ProcessLookupError, PermissionError):  # all ended already; one that changed user is not ours to kill
         pass
+
+
+def _named_file_digests(argv: list[str]) -> dict[str, str]:
+    """The bytes of the files a command names, hashed (not the candidate it is handed: that changes every check)."""
+    digests = {}
+    for arg in argv:
+        if os.path.isfile(arg) and os.path.basename(arg) != POLYGRAPHY_ARTIFACT:
+            try:
+                digests[arg] = file_digest(arg)
+            except OSError as exc:  # unreadable: the check could not read it either
+                raise UsageError(f"--check: cannot read {arg}: {exc.strerror or exc}") from None
+    return digests
 
 
 def _absolute_if_exists(arg: str) -> str:

@@ -380,3 +380,23 @@ def test_a_cached_verdict_does_not_outlive_the_files_the_command_names(tmp_path)
     verdict.write_text("0")
     second = reduce()
     assert second["status"] == "not-failing" and second["cache_hits"] == 0, second
+
+
+def test_a_file_the_command_names_that_cannot_be_read_is_a_usage_error(tmp_path, monkeypatch):
+    """Its bytes key the cache: one that cannot be read is said in one line, as a usage error, not a traceback."""
+    import oracles.command as command
+    from reducer.errors import UsageError
+
+    data = tmp_path / "data.npz"
+    data.write_bytes(b"x")
+
+    readable = command.file_digest
+
+    def unreadable(path):  # as a file without read permission is to a user other than root
+        if path == str(data):
+            raise PermissionError(13, "Permission denied", str(path))
+        return readable(path)
+
+    monkeypatch.setattr(command, "file_digest", unreadable)
+    with pytest.raises(UsageError, match=r"^--check: cannot read .*data\.npz: Permission denied$"):
+        _oracle(argv=[sys.executable, "-c", "pass", str(data)])
