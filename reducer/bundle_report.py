@@ -159,10 +159,13 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
             lines.append(f"What still fails then: {cause['after_in_words']} (before: {cause.get('before_in_words')}).")
         if cause["method"] == "reference":  # its limit, in words
             below = cause.get("downstream_failing_elements")
+            after = "" if below is None else ("and all below them " if not cause.get("downstream_by_probes") else
+                                              "and all that comes after them in the model's order (beside them too) ")
             lines.append("Fed from the reference, their values also stand in for any error that reached them from "
                          "above; what shows the error arising in them is that, fed the reference at their inputs, "
-                         "they " + ("and all below them " if below is not None else "") + "fail as the whole model "
-                         "does" + (f" ({below} failing elements)" if below is not None else "") + ". "
+                         "they " + after + "fail as the whole model does"
+                         + (f" ({below} failing elements)" if below is not None else "")
+                         + (", and with them fed too, that passes" if cause.get("downstream_by_probes") else "") + ". "
                          + _FROM_ABOVE)
     else:
         lines.append(f"**Not shown to be the cause**: {cause.get('in_words', '')}. Treat this repro with care.")

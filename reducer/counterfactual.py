@@ -258,6 +258,9 @@ class Proof:
     verdicts: dict[str, Verdict | None] = field(default_factory=dict)  # run kind -> its verdict (None: not run)
     exact: frozenset[int] = frozenset()  # the nodes computed exactly: the repro and its out-of-range region
     constants: int = 0  # of `exact`, the Constants the repro reads (its weights, exact with it), not readers
+    # the `downstream` run answered by two runs already asked (Reduction._probes_in_place_of): what came after the
+    # repro in the model's order computed at the target's precision too, and that without the repro passing
+    downstream_by_probes: bool = False
 
     @property
     def readers(self) -> int:
@@ -282,6 +285,8 @@ class Proof:
         if "downstream" in self.verdicts:
             below = self.verdicts["downstream"]
             data["downstream_failing_elements"] = below.elements if below and below.failing else 0
+            if self.downstream_by_probes:
+                data["downstream_by_probes"] = True
         if self.writes_every_output:
             data["writes_every_output"] = True
         return data

@@ -212,6 +212,9 @@ class Reduction:
         self._fp32_to_show = self.cause_method == "fp32" and not getattr(oracle, "exact_on_trust", False)
         self.fp32_refused: str | None = None  # why the proof fell back to feeding the reference
         self.proofs: dict[frozenset[int], Proof] = {}
+        # what each proof run of this reduction computed at the target's precision, and its verdict
+        self._runs_asked: dict[frozenset[int], Verdict | None] = {}
+        self._downstream_by_probes: set[frozenset[int]] = set()  # repros whose `downstream` run two of those answered
         self.bystanders: list[Proof] = []
         self.overflow_check: OverflowCheck | None = None  # see overflow_carries
         self.overflow_refuted = False  # shown to carry the failure, but its onset fails nowhere (OverflowRefuted)
@@ -560,6 +563,7 @@ class Reduction:
             else:
                 proof = counterfactual.judge_runs(self.cause_method, nodes, self.original,
                                                   self._counterfactual_verdict, exact)
+                proof.downstream_by_probes = exact in self._downstream_by_probes
                 if not proof.holds:
                     self.bystanders.append(proof)
                     if "downstream" not in proof.verdicts:  # its first run: it still fails
@@ -604,6 +608,13 @@ class Reduction:
             # it computes every output, so they are the reference's); in the form its check took, Constants as
             # weights (the exact region holds the repro's Constants: as nodes it would be another key, a check again)
             return self.judge(self._constants_as_weights(Candidate(run.nodes)))
+        if below is not None and self.cache.get("computing:" + Candidate(below).key()) is None:
+            # a `downstream` run not asked already (often an end-search probe computes just that)
+            probes = self._probes_in_place_of(run.nodes, below)
+            if probes is not None:
+                self.counters.cache_hits += 1
+                self._downstream_by_probes.add(run.nodes)
+                return probes
 
         def build():
             built = counterfactual.build(run, self.model, self.store, nodes)
@@ -621,7 +632,35 @@ class Reduction:
             self.cache.put(prepared.key, prepared.verdict)
             prepared = prepared.verdict
         self._spend(key, prepared)
+        if nodes is not None:
+            self._runs_asked[nodes] = prepared
         return prepared
+
+    def _probes_in_place_of(self, exact: frozenset[int], below: frozenset[int]) -> Verdict | None:
+        """The verdict of a repro's `downstream` run (it and all below it at the target's precision, the rest fed
+        the reference) where two runs already asked answer its question: one that computes all of that and more,
+        nothing that feeds the repro but nodes that compute nothing, and fails as the whole model does; and one
+        that differs from it only by the repro (and nodes that compute nothing) fed the reference, and does not
+        fail. Then the error arising in the repro is what makes the first fail: the rest it computes passes without
+        it. The end search's last failing probe and its first carrying one are such a pair for its origin, where the
+        origin's `downstream` run would be a check of its own (branches beside the origin's path). None where no
+        such pair was asked."""
+        model, original = self.model, self.original
+        for computed, verdict in self._runs_asked.items():
+            if not below <= computed or not counterfactual.starts_it(original, verdict):
+                continue
+            repro = exact & computed
+            above = counterfactual.feeding(model, repro, computed) - repro  # what feeds the repro in that run
+            if above - model.computes_nothing:
+                continue  # error from above could reach the repro there: only moves of exact values feed it
+            # the two differ by the repro and nodes that compute nothing (where the end search cuts: moves,
+            # selections, fed the reference or not, give the same values)
+            moves, fed = model.computes_nothing, exact - model.input_independent  # Constants are computed, never fed
+            for other, passing in self._runs_asked.items():
+                if (passing is not None and not counterfactual.still_fails(original, passing) and other <= computed
+                        and not other & fed and computed - other <= repro | moves):
+                    return verdict
+        return None
 
     def search(self) -> None:
         """Rounds of turns among all strategies but the last, while one of them makes progress: the best

@@ -272,6 +272,37 @@ def run_ours(model: Path, inputs: Path, work: Path, limit: float) -> dict:
             "rss_driver_mb": measured["rss_self_kb"] / 1024, "rss_workers_mb": measured["rss_children_kb"] / 1024}
 
 
+# What the same model costs without any reducer, each in a fresh process (its VmHWM): onnx loading and checking it
+# (what every candidate-checking ONNX tool pays; shape inference's copy included) and one run of it on the runner
+# (what one check of the whole model pays, Polygraphy's as ours). The floors the driver's and the worker's peaks are
+# set beside: a 100k-node graph of small weights is 38 bytes a node in its file, a kilobyte and more in any library.
+FLOORS = {
+    "onnx": "import onnx\nm = onnx.load(MODEL)\nonnx.checker.check_model(m, full_check=True)",
+    "runner": "import numpy as np\nfrom oracles import make_runner\nwith np.load(INPUTS) as d:\n"
+              "    feeds = {k: d[k] for k in d.files}\nmake_runner(RUNNER).run(MODEL, feeds, None)",
+}
+
+
+def floors(model: Path, inputs: Path) -> dict[str, float]:
+    """Peak RSS, MB, of each of FLOORS alone."""
+    measured = {}
+    for name, body in FLOORS.items():
+        code = (f"MODEL, INPUTS, RUNNER = {str(model)!r}, {str(inputs)!r}, {RUNNER!r}\n{body}\n"
+                "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT)
+        if done.returncode != 0:
+            raise SystemExit(f"measuring {name} failed:\n{done.stderr[-2000:]}")
+        measured[name] = int(done.stdout.split()[-1]) / 1024
+    return measured
+
+
+def _peak_mb(pid: int) -> float | None:
+    try:
+        return int(Path(f"/proc/{pid}/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
+    except (OSError, IndexError):
+        return None
+
+
 def run_polygraphy(model: Path, inputs: Path, work: Path, limit: float) -> dict:
     cwd = work / "polygraphy"
     shutil.rmtree(cwd, ignore_errors=True)
@@ -289,19 +320,24 @@ def run_polygraphy(model: Path, inputs: Path, work: Path, limit: float) -> dict:
     with open(cwd / "log.txt", "w") as log:
         process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=_env(),
                                    start_new_session=True)
-        try:
-            code = process.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)  # the process group it started in, and only that
-            process.wait()
-            return {"finished": False, "seconds": limit, "checks": _count_checks(cwd)}
+        # its own process's high-water mark, read while it runs (a run cut by the limit has no getrusage)
+        peak, code = 0.0, None
+        while code is None:
+            peak = max(peak, _peak_mb(process.pid) or 0.0)
+            try:
+                code = process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                if time.perf_counter() - start > limit:
+                    os.killpg(process.pid, 9)  # the process group it started in, and only that
+                    process.wait()
+                    return {"finished": False, "seconds": limit, "checks": _count_checks(cwd), "driver_mb": peak}
     seconds = time.perf_counter() - start
     if code != 0 or not (cwd / "reduced.onnx").exists():
         return {"finished": False, "seconds": seconds, "error": (cwd / "log.txt").read_text()[-2000:]}
     reduced = onnx.load(str(cwd / "reduced.onnx"), load_external_data=False)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"finished": True, "seconds": seconds, "checks": _count_checks(cwd), "nodes": len(reduced.graph.node),
-            "rss_mb": usage}
+            "rss_mb": usage, "driver_mb": peak}
 
 
 def _count_checks(cwd: Path) -> int:
@@ -433,6 +469,22 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
             rest = ours["seconds"] - ours["capture"] - ours["whole_check"] - ours["search"]
             lines.append(f"| {row['kind']} | {row['nodes']} | {ours['capture']:.1f} | {ours['whole_check']:.1f} "
                          f"| {ours['search']:.1f} | {rest:.1f} |")
+    lines += ["", "Memory, peak RSS in MB. Ours: the driver and its worker, as above. Beside them, the same model "
+              "with no reducer, each alone in a fresh process: onnx loading it and checking it "
+              "(`onnx.checker.check_model(full_check=True)`, which every candidate of a serious tool must pass), and "
+              "one run of it on the runner (what one check of the whole model costs, by either tool). Polygraphy: its "
+              "own process (VmHWM read twice a second; its check command runs in processes of its own, each about "
+              "the run's figure):", "",
+              "| graph | nodes | model MB | ours: driver | ours: worker | onnx load and check alone "
+              "| one run on the runner alone | polygraphy's process |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        ours, theirs, alone = row["ours"], row["polygraphy"] or {}, row.get("floors", {})
+        if ours.get("finished"):
+            driver_mb = max(ours.get("peak_mb_after", {}).values(), default=ours.get("rss_driver_mb", 0))
+            theirs_mb = f"{theirs['driver_mb']:.0f}" if theirs.get("driver_mb") else "-"
+            lines.append(f"| {row['kind']} | {row['nodes']} | {row['model_mb']:.2f} | {driver_mb:.0f} "
+                         f"| {ours.get('rss_workers_mb', 0):.0f} | {alone.get('onnx', 0):.0f} "
+                         f"| {alone.get('runner', 0):.0f} | {theirs_mb} |")
     lines.append("")
     for kind in dict.fromkeys(r["kind"] for r in rows):
         points = [(r["nodes"], r["ours"]["seconds"]) for r in rows if r["kind"] == kind and r["ours"].get("finished")]
@@ -500,7 +552,8 @@ def main() -> int:
                 ours = median_run([run_ours(model, inputs, folder, args.limit) for _ in range(args.repeat)])
                 theirs = None if args.no_polygraphy else run_polygraphy(model, inputs, folder, args.polygraphy_limit)
                 row = {"kind": kind, "nodes": len(onnx.load(str(model)).graph.node),
-                       "model_mb": model.stat().st_size / 1e6, "ours": ours, "polygraphy": theirs}
+                       "model_mb": model.stat().st_size / 1e6, "ours": ours, "polygraphy": theirs,
+                       "floors": floors(model, inputs)}
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items()}, default=str), flush=True)
                 shutil.rmtree(folder, ignore_errors=True)

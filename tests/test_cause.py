@@ -397,6 +397,40 @@ def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_che
         reduction.close()
 
 
+def test_a_downstream_run_answered_by_the_end_searchs_last_pair_of_probes_costs_no_check(planted, tmp_path):
+    """All above the BatchNormalization exact but the bystander's damping Mul (beside it, not below it) is an end-search
+    probe that computes more than the BatchNormalization's `downstream` run, so not that run; with the
+    BatchNormalization exact too it passes. The pair answers the run's question (the error arising in it, with what
+    comes after it at the target's precision, makes the model fail; without it, that passes): no check of its own,
+    and report.json says so. Where the passing probe was not asked, the run is a check."""
+    from reducer.bundle_report import _cause_lines
+    from reducer.candidate import Candidate
+
+    path, names = planted
+    for pair in (True, False):
+        model, reduction = in_process(path, tmp_path / str(pair), fp16_check_options())
+        try:
+            assert reduction.start().failing and reduction.cause_method == "reference"
+            index = {node.name: i for i, node in enumerate(model.nodes)}
+            cause = index[names["cause"]]
+            above = frozenset(i for name, i in index.items() if name.startswith(("main_", "pad_", "bystander_conv")))
+            assert reduction.still_fails_with_exact(above) is True  # the damping Mul computed, fed the reference
+            if pair:
+                assert reduction.still_fails_with_exact(above | {cause}) is False
+            before = reduction.counters.checks
+            proof = reduction.proof(Candidate(frozenset({cause})))
+            assert proof.holds and "downstream" in proof.verdicts, proof.verdicts
+            assert reduction.counters.checks - before == (1 if pair else 2)  # the `without` run, and the other?
+            assert proof.downstream_by_probes is pair
+            cause = proof.to_json(reduction.original)
+            assert cause.get("downstream_by_probes", False) is pair
+            said = "\n".join(_cause_lines({"checked": True, **cause}, None, 1))  # report.md, as session.py writes it
+            assert ("in the model's order (beside them too)" in said) is pair
+            assert ("with them fed too, that passes" in said) is pair
+        finally:
+            reduction.close()
+
+
 def test_only_nodes_whose_exact_inputs_give_exact_outputs_compute_nothing(tmp_path):
     """A move, a selection, a shape read and integer arithmetic on integers give exact values from exact inputs at
     any precision; a Cast of floats to integers, a comparison of floats and a ConstantOfShape making floats do not
