@@ -642,9 +642,9 @@ class Reduction:
         nothing that feeds the repro but nodes that compute nothing, and fails as the whole model does; and one
         that differs from it only by the repro (and nodes that compute nothing) fed the reference, and does not
         fail. Then the error arising in the repro is what makes the first fail: the rest it computes passes without
-        it. The end search's last failing probe and its first carrying one are such a pair for its origin, where the
-        origin's `downstream` run would be a check of its own (branches beside the origin's path). None where no
-        such pair was asked."""
+        it. The end search's last failing probe and its first carrying one are such a pair for its origin (and a
+        failing probe whose cut a region begins at, for that region), where the repro's `downstream` run would be a
+        check of its own (branches beside its path). None where no such pair was asked."""
         model, original = self.model, self.original
         for computed, verdict in self._runs_asked.items():
             if not below <= computed or not counterfactual.starts_it(original, verdict):
