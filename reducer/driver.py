@@ -212,8 +212,9 @@ class Reduction:
         self._fp32_to_show = self.cause_method == "fp32" and not getattr(oracle, "exact_on_trust", False)
         self.fp32_refused: str | None = None  # why the proof fell back to feeding the reference
         self.proofs: dict[frozenset[int], Proof] = {}
-        # what each proof run of this reduction computed at the target's precision, and its verdict
-        self._runs_asked: dict[frozenset[int], Verdict | None] = {}
+        # what each proof run of this reduction computed at the target's precision (a mask over the nodes: a set of
+        # 50k node numbers would hold megabytes a run), and its verdict
+        self._runs_asked: list[tuple[np.ndarray, Verdict | None]] = []
         self._downstream_by_probes: set[frozenset[int]] = set()  # repros whose `downstream` run two of those answered
         self.bystanders: list[Proof] = []
         self.overflow_check: OverflowCheck | None = None  # see overflow_carries
@@ -633,8 +634,13 @@ class Reduction:
             prepared = prepared.verdict
         self._spend(key, prepared)
         if nodes is not None:
-            self._runs_asked[nodes] = prepared
+            self._runs_asked.append((self._mask(nodes), prepared))
         return prepared
+
+    def _mask(self, nodes: frozenset[int]) -> np.ndarray:
+        mask = np.zeros(len(self.model.nodes), bool)
+        mask[np.fromiter(nodes, np.int64, len(nodes))] = True
+        return mask
 
     def _probes_in_place_of(self, exact: frozenset[int], below: frozenset[int]) -> Verdict | None:
         """The verdict of a repro's `downstream` run (it and all below it at the target's precision, the rest fed
@@ -646,19 +652,23 @@ class Reduction:
         failing probe whose cut a region begins at, for that region), where the repro's `downstream` run would be a
         check of its own (branches beside its path). None where no such pair was asked."""
         model, original = self.model, self.original
-        for computed, verdict in self._runs_asked.items():
-            if not below <= computed or not counterfactual.starts_it(original, verdict):
+        below = self._mask(below)
+        fed = self._mask(exact - model.input_independent)  # Constants are computed, never fed
+        # the two may differ by the repro and by nodes that compute nothing (where the end search cuts: moves and
+        # selections, fed the reference or not, give the same values)
+        may_differ = self._mask(exact | model.computes_nothing)
+        for computed, verdict in self._runs_asked:
+            if (below & ~computed).any() or not counterfactual.starts_it(original, verdict):
                 continue
-            repro = exact & computed
-            above = counterfactual.feeding(model, repro, computed) - repro  # what feeds the repro in that run
+            nodes = frozenset(np.flatnonzero(computed).tolist())
+            repro = exact & nodes
+            above = counterfactual.feeding(model, repro, nodes) - repro  # what feeds the repro in that run
             if above - model.computes_nothing:
                 continue  # error from above could reach the repro there: only moves of exact values feed it
-            # the two differ by the repro and nodes that compute nothing (where the end search cuts: moves,
-            # selections, fed the reference or not, give the same values)
-            moves, fed = model.computes_nothing, exact - model.input_independent  # Constants are computed, never fed
-            for other, passing in self._runs_asked.items():
-                if (passing is not None and not counterfactual.still_fails(original, passing) and other <= computed
-                        and not other & fed and computed - other <= repro | moves):
+            for other, passing in self._runs_asked:
+                if (passing is not None and not counterfactual.still_fails(original, passing)
+                        and not (other & ~computed).any() and not (other & fed).any()
+                        and not (computed & ~other & ~may_differ).any()):
                     return verdict
         return None
 
