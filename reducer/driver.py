@@ -609,8 +609,11 @@ class Reduction:
             # it computes every output, so they are the reference's); in the form its check took, Constants as
             # weights (the exact region holds the repro's Constants: as nodes it would be another key, a check again)
             return self.judge(self._constants_as_weights(Candidate(run.nodes)))
-        if below is not None and self.cache.get("computing:" + Candidate(below).key()) is None:
-            # a `downstream` run not asked already (often an end-search probe computes just that)
+        # keyed by what it computes, whatever the kind: the same model asked for another node set, or by the other
+        # kind (a repro's `downstream` run is often an end-search probe), is answered once (a key of its own:
+        # older versions' caches, in the same output folder, keyed these runs by the repro's nodes or the kind)
+        key = run.key() if nodes is None else "computing:" + Candidate(nodes).key()
+        if below is not None and self.cache.get(key) is None:  # a `downstream` run not asked already
             probes = self._probes_in_place_of(run.nodes, below)
             if probes is not None:
                 self.counters.cache_hits += 1
@@ -623,10 +626,6 @@ class Reduction:
                 raise LookupError(run.kind)  # nothing to run: see counterfactual.judge_runs
             return built
 
-        # keyed by what it computes, whatever the kind: the same model asked for another node set, or by the other
-        # kind (a repro's `downstream` run is often an end-search probe), is answered once (a key of its own:
-        # older versions' caches, in the same output folder, keyed these runs by the repro's nodes or the kind)
-        key = run.key() if nodes is None else "computing:" + Candidate(nodes).key()
         prepared = self._prepare_built(key, build, use_cache=True, faithful=False)
         if isinstance(prepared, _Pending):
             prepared.verdict = self._run_check(prepared)

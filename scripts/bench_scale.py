@@ -34,6 +34,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_big_model import _high_water  # noqa: E402  (one reader of /proc's VmHWM for the benchmarks)
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
 RUNNER = "onnxruntime:cpu:fp16-storage"
@@ -170,8 +173,7 @@ def instrumented_run(argv: list[str], timings_path: Path) -> None:
 
     def peak_mb(stage: str) -> None:
         """The driver's peak RSS so far (VmHWM), after each stage: where it was reached."""
-        status = Path("/proc/self/status").read_text()
-        waits["peak_mb_after"][stage] = int(status.split("VmHWM:")[1].split()[0]) // 1024
+        waits["peak_mb_after"][stage] = _high_water(os.getpid()) // 2**20
 
     def timed_start(self, judged=None):
         peak_mb("reference")
@@ -296,13 +298,6 @@ def floors(model: Path, inputs: Path) -> dict[str, float]:
     return measured
 
 
-def _peak_mb(pid: int) -> float | None:
-    try:
-        return int(Path(f"/proc/{pid}/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
-    except (OSError, IndexError):
-        return None
-
-
 def run_polygraphy(model: Path, inputs: Path, work: Path, limit: float) -> dict:
     cwd = work / "polygraphy"
     shutil.rmtree(cwd, ignore_errors=True)
@@ -323,7 +318,7 @@ def run_polygraphy(model: Path, inputs: Path, work: Path, limit: float) -> dict:
         # its own process's high-water mark, read while it runs (a run cut by the limit has no getrusage)
         peak, code = 0.0, None
         while code is None:
-            peak = max(peak, _peak_mb(process.pid) or 0.0)
+            peak = max(peak, _high_water(process.pid) / 2**20)
             try:
                 code = process.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
@@ -455,8 +450,7 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
         sizes = [k for k in (1, 100, 1000) if k in by_size] + ([max(by_size)] if by_size else [])
         per_size = " / ".join(f"{by_size[k]:.1f}" for k in dict.fromkeys(sizes)) if by_size else "-"
         overhead = f"{ours['overhead_ms']:.1f} ms" if done else "-"
-        driver_mb = max(ours.get("peak_mb_after", {}).values(), default=ours.get("rss_driver_mb", 0))
-        workers_mb = ours.get("rss_workers_mb", 0)
+        driver_mb, workers_mb = _driver_mb(ours), ours.get("rss_workers_mb", 0)
         rss = f"{max(driver_mb, workers_mb):.0f} ({driver_mb:.0f}, {workers_mb:.0f})" if done else "-"
         lines.append(f"| {row['kind']} | {row['nodes']} | {row['model_mb']:.2f} | {ours_cell} | {overhead} "
                      f"| {per_size} | {rss} | {theirs_cell} |")
@@ -480,9 +474,8 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
     for row in rows:
         ours, theirs, alone = row["ours"], row["polygraphy"] or {}, row.get("floors", {})
         if ours.get("finished"):
-            driver_mb = max(ours.get("peak_mb_after", {}).values(), default=ours.get("rss_driver_mb", 0))
             theirs_mb = f"{theirs['driver_mb']:.0f}" if theirs.get("driver_mb") else "-"
-            lines.append(f"| {row['kind']} | {row['nodes']} | {row['model_mb']:.2f} | {driver_mb:.0f} "
+            lines.append(f"| {row['kind']} | {row['nodes']} | {row['model_mb']:.2f} | {_driver_mb(ours):.0f} "
                          f"| {ours.get('rss_workers_mb', 0):.0f} | {alone.get('onnx', 0):.0f} "
                          f"| {alone.get('runner', 0):.0f} | {theirs_mb} |")
     lines.append("")
@@ -498,6 +491,11 @@ def render(rows: list[dict], note: str, repeat: int) -> str:
                          f"largest, where fixed costs weigh least); without the whole model's check, "
                          f"nodes^{ours_only:.2f}.")
     return "\n".join(lines) + "\n"
+
+
+def _driver_mb(ours: dict) -> float:
+    """The driver's peak: the highest after any stage (the instrumented run's VmHWM)."""
+    return max(ours.get("peak_mb_after", {}).values(), default=ours.get("rss_driver_mb", 0))
 
 
 # where this script's part of the "## Scale" section ends: what follows (notes written by hand) stays
