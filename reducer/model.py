@@ -320,6 +320,7 @@ def _gathered(start: np.ndarray, ids: np.ndarray, nodes: np.ndarray, node_runs) 
 
 
 _NAME_TOKEN = re.compile(r"[\w./\-;:]+")  # what a node's name is made of, in practice (tf2onnx joins names by ';')
+MAX_NAMED_BY_TENSOR = 4  # a tensor read by more nodes (an attention mask) points nowhere in particular
 
 
 @dataclass
@@ -429,12 +430,37 @@ class Model:
         more is a log (a builder's verbose one lists every layer) and points nowhere: none."""
         by_name, ops = self._names
         found = set()
-        for token in _NAME_TOKEN.findall(text):
+        tokens = _NAME_TOKEN.findall(text)
+        for token in tokens:
             for part in token.split("..."):
                 name = part if part in by_name else part.rstrip(".:;")  # "(/a/Resize: ...)", "node a/b."
                 if name in by_name and name not in ops:
                     found.add(by_name[name])
-        return tuple(sorted(found)) if len(found) <= 2 else ()
+        if found:
+            return tuple(sorted(found)) if len(found) <= 2 else ()
+        return self._tensor_named_in(tokens, ops)
+
+    def _tensor_named_in(self, tokens: list[str], ops: frozenset[str]) -> tuple[int, ...]:
+        """Where a message names no node, the nodes that write and read the one tensor it names: by its own name,
+        or as the stem of a node a converter or builder added for it ("two nodes with same node name
+        (audio_cast_to_)": onnxconverter-common names the Casts it adds after the tensor they cast). One tensor, of
+        at most MAX_NAMED_BY_TENSOR nodes; a name of digits, or shorter than 3 characters as a stem, is no pointer."""
+        names = {name for reads in self.node_reads for name in reads} | set(self.producer) | set(self.graph_inputs)
+        names -= ops
+        found = set()
+        for token in tokens:
+            token = token.rstrip(".:;")
+            if token in names and not token.isdigit():
+                found.add(token)
+                continue
+            stems = [token[:cut] for cut in range(3, len(token)) if token[cut] == "_" and token[:cut] in names]
+            if stems and not stems[-1].isdigit():
+                found.add(stems[-1])  # the longest: "a_b_cast" names "a_b" where both "a" and "a_b" are tensors
+        if len(found) != 1:
+            return ()
+        (tensor,) = found
+        nodes = {*self.writers(tensor), *(i for i, reads in enumerate(self.node_reads) if tensor in reads)}
+        return tuple(sorted(nodes)) if 0 < len(nodes) <= MAX_NAMED_BY_TENSOR else ()
 
     @cached_property
     def _names(self) -> tuple[dict[str, int], frozenset[str]]:

@@ -75,7 +75,7 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     Where the reference holds a value the target cannot (an fp16 overflow), the prefix ending at the first
     node that computes one is probed first, then that prefix without it: an overflow shows where it starts. So is
     the prefix ending at the latest node an error's message names (an engine names the node it failed on), then
-    that prefix without it, then past it by NAMED_STEPS.
+    that prefix without it, then past it by NAMED_STEPS; once cut, the nodes it names are tried alone first.
     A failing probe's failing tensors' cone is tried as soon as it fails (failing_cone), not at the end only."""
     before = len(current)
     nodes = current.ordered()
@@ -91,6 +91,8 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
         graph = context.model.dag.subgraph(current.nodes)
         options = [grown(frozenset({last}), context, current), with_producers(last, context, current),
                    frozenset(nx.ancestors(graph, last) | {last})]
+        if named := context.named_in(current):  # what the message names, alone: the nodes of a tensor it names
+            options.insert(0, grown(frozenset(named), context, current))
         batch = list(dict.fromkeys(current.keeping(o) for o in options if len(o) < len(current)))
         if batch:
             winner = yield batch

@@ -559,3 +559,28 @@ def test_the_nodes_a_message_names_are_whole_names_not_op_types_or_numbers(tmp_p
     assert model.named_in("output '/a/Conv_output_0' while running Resize node 7 of 9, line 7") == ()
     assert model.named_in("built /a/Conv, built /b/Sum, built /b/Cast; failed") == ()  # a log, not a pointer
     assert model.named_in("while running Tanh node") == ()  # an op type only a body holds is no name either
+
+
+def test_a_message_naming_no_node_points_at_the_one_tensor_it_names(tmp_path):
+    """Where a message names no node, the tensor it names stands for the nodes that write and read it: by its own
+    name, or as the stem of a node a converter added for it (onnxconverter-common names the Casts it adds after the
+    tensor they cast: "two nodes with same node name (audio_cast_to_)"). Two tensors, or one read everywhere, point
+    nowhere; so does a stem too short to be a name rather than a word's start."""
+    nodes = [helper.make_node("Shape", ["audio"], ["n"]),
+             helper.make_node("Pad", ["audio", "pads"], ["padded"]),
+             helper.make_node("Relu", ["padded"], ["r"]),
+             *(helper.make_node("Neg", ["r"], [f"n{i}"]) for i in range(5))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("n", TensorProto.INT64, [2]),
+                               *(helper.make_tensor_value_info(f"n{i}", TensorProto.FLOAT, [1, 8]) for i in range(5))],
+                              initializer=[numpy_helper.from_array(np.zeros(4, np.int64), "pads")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    op = {node.op_type: i for i, node in enumerate(model.nodes)}
+    assert model.named_in("INVALID_GRAPH: two nodes with same node name (audio_cast_to_).") == (op["Shape"], op["Pad"])
+    assert model.named_in("Type Error: Type (tensor(float16)) of output arg (padded) of node () does not match") == (
+        op["Pad"], op["Relu"])
+    assert model.named_in("a mismatch between padded and audio") == ()  # two tensors
+    assert model.named_in("r is read everywhere: r_cast") == ()  # six readers; and "r" is too short a stem
+    assert model.named_in("nothing here_cast_to_") == ()
