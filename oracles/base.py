@@ -74,6 +74,9 @@ class Signature:
     detail: str = ""
     outputs: tuple[str, ...] = ()
     exception: str | None = None  # a command's: its last traceback's exception type, "" none; None: not recorded
+    # a command's failure whose check said its outputs hold NaN/Inf where the reference's are finite (it printed
+    # `nonfinite_elements=N`, N > 0): a NaN/Inf failure, whose repro is its onset, as the built-in `nan` check's
+    non_finite: bool = False
 
     @property
     def is_numeric(self) -> bool:
@@ -86,7 +89,12 @@ class Signature:
         return self.kind == "command" and self.detail.startswith("matched /")
 
     def same_failure(self, other: Signature | None) -> bool:
+        """Whether this failure (a candidate's) is `other` (the one reduced): where that one's outputs held NaN/Inf,
+        this one's must too; where they did not, a candidate's may (an overflow's onset gives Inf that the whole
+        model squashes into a value merely wrong)."""
         if other is None or self.kind != other.kind or self.detail != other.detail:
+            return False
+        if other.non_finite and not self.non_finite:
             return False
         # a signature recorded before exceptions were part of it says nothing about them
         return self.exception is None or other.exception is None or self.exception == other.exception
@@ -95,15 +103,19 @@ class Signature:
         data = {"kind": self.kind, "detail": self.detail, "outputs": list(self.outputs)}
         if self.exception is not None:
             data["exception"] = self.exception
+        if self.non_finite:
+            data["non_finite"] = True
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> Signature:
-        return cls(data["kind"], data.get("detail", ""), tuple(data.get("outputs", ())), data.get("exception"))
+        return cls(data["kind"], data.get("detail", ""), tuple(data.get("outputs", ())), data.get("exception"),
+                   bool(data.get("non_finite")))
 
     def __str__(self) -> str:
         where = f" in {', '.join(self.outputs[:3])}" if self.outputs else ""
-        details = [d for d in (self.detail, f"Python {self.exception}" if self.exception else "") if d]
+        details = [d for d in (self.detail, f"Python {self.exception}" if self.exception else "",
+                               "NaN/Inf outputs" if self.non_finite else "") if d]
         return f"{self.kind}{' (' + ', '.join(details) + ')' if details else ''}{where}"
 
 

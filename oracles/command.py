@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,10 @@ KEEP_FP32 = "{keep_fp32}"
 # then the proof of cause asks, as with the built-in checks, that the repro leave at most a tenth of them
 # (reducer/counterfactual.py). scripts/check_candidate.py prints it.
 FAILING_ELEMENTS = re.compile(r"\bfailing_elements=(\d+)\b")
+# And how many of them are NaN/Inf where the reference's are finite (`nonfinite_elements=N`): a failure with N > 0 is
+# a NaN/Inf failure, whose repro is its onset (the nodes that turn values the target holds into NaN/Inf), as the
+# built-in `nan` check's; a candidate failing without them fails otherwise (Signature.same_failure).
+NONFINITE_ELEMENTS = re.compile(r"\bnonfinite_elements=(\d+)\b")
 
 
 class CommandOracle:
@@ -79,7 +84,9 @@ class CommandOracle:
         self.description = "command: " + " ".join(argv)
         self.environment = {"runner": "command", "command": argv}
         identity = {
-            "verdicts": 2,  # what a verdict holds: 2 adds the check's own Python exception to its signature
+            # what a verdict holds: 2 adds the check's own Python exception to its signature, 3 whether its outputs
+            # held NaN/Inf (nonfinite_elements=N)
+            "verdicts": 3,
             "argv": argv,
             "fail_codes": fail_codes,
             "ignore_fail_codes": ignore_fail_codes,
@@ -115,6 +122,12 @@ class CommandOracle:
         counted = FAILING_ELEMENTS.findall(output)
         if counted:  # the command says how many output elements fail: the proof of cause weighs them
             verdict.elements = int(counted[-1])
+        non_finite = NONFINITE_ELEMENTS.findall(output)
+        signature = verdict.signature
+        if non_finite and int(non_finite[-1]) and signature and signature.kind == "command" \
+                and not signature.names_a_message:
+            verdict.signature = replace(signature, non_finite=True)
+            verdict.reason += "; its outputs hold NaN/Inf where the reference's are finite"
         return verdict
 
     def close(self) -> None:

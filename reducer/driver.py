@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+import networkx as nx
 import numpy as np
 import onnx
 
@@ -88,9 +89,10 @@ class Limits:
 
 
 def small_cause(nodes: int) -> int:
-    """A proven cause (a shown overflow's onset, an error's repro raising its message) this small ends the default
-    search: confirming 1-minimality costs about a check per node, more than another bisection of the whole model,
-    for a node or two less (--minimal goes on). PP-OCRv5 rec (746 nodes) spent 5 more checks to confirm its 9."""
+    """A proven cause (a shown overflow's onset, a NaN/Inf's onset its check counted, an error's repro raising its
+    message) this small ends the default search: confirming 1-minimality costs about a check per node, more than
+    another bisection of the whole model, for a node or two less (--minimal goes on). PP-OCRv5 rec (746 nodes)
+    spent 5 more checks to confirm its 9."""
     return max(3, nodes.bit_length())
 
 
@@ -488,12 +490,13 @@ class Reduction:
         """Whether the result must carry the whole model's failure: tolerance failures, and a command's
         unless the reference leaves fp16's range (then it is taken for an overflow, whose repro is its
         onset: a hint, as a command's precision is unknown, until its onset is found to fail nowhere:
-        OverflowRefuted) or its failure is a message a --fail-regex names
+        OverflowRefuted), unless its check says its outputs hold NaN/Inf (a NaN/Inf failure: Signature.non_finite),
+        or its failure is a message a --fail-regex names
         (an error, as a builder's: each node that raises it is the bug, though others may raise it too)."""
         signature = self.original.signature if self.original else None
         if not self.cause_check or signature is None or signature.kind not in counterfactual.PROVEN_KINDS:
             return False
-        if signature.names_a_message:
+        if signature.names_a_message or signature.non_finite:  # a NaN/Inf, as its check said: its repro is its onset
             return False
         return (signature.kind != "command" or not self.beyond_target or self.overflow_carries is False
                 or self.overflow_refuted)
@@ -505,7 +508,8 @@ class Reduction:
         check that tests the hint: True, the failure is the overflow (its repro is the onset); False, the values
         out of range do no harm (magika in fp16-storage: a tolerance failure), so its cause is sought as any
         tolerance failure's; None, it could not be run (the hint stands)."""
-        if not self.beyond_target or not (self.original and self.original.failing):
+        if not self.beyond_target or not (self.original and self.original.failing) or \
+                self.original.signature.kind != "command":  # the built-in checks know their failure's kind
             return None
         # fed from the reference (a `without` run computes the Constants they read as the whole model does)
         region = self._with_readers(frozenset(self.beyond_target))
@@ -520,7 +524,7 @@ class Reduction:
     @property
     def overflow_region(self) -> frozenset[int]:
         """The nodes that compute or read the values beyond the target's range, where shown to carry the failure."""
-        shown = self.overflow_check and self.overflow_carries is True and not self.overflow_refuted
+        shown = self.overflow_carries is True and not self.overflow_refuted  # tested here where no proof asked it
         return self.overflow_check.region if shown else frozenset()
 
     def exact_region(self, nodes: frozenset[int]) -> frozenset[int]:
@@ -757,7 +761,8 @@ class Reduction:
                     self._accept(candidate, verdict, strategy.name)
                     context.failing_outputs = verdict.signature.outputs
                     if self.check_budget is not None and 1 < self.size(candidate) <= small_cause(len(self.model)) and (
-                            self.proves_cause or self.overflow_region or not self._numeric):
+                            self.proves_cause or self.overflow_region or not self._numeric
+                            or self._one_onset(candidate)):
                         raise SearchStopped("small")
                 batch = proposals.send(winner)
         except StopIteration:
@@ -768,6 +773,11 @@ class Reduction:
         finally:
             proposals.close()
             stats.seconds += time.perf_counter() - started
+
+    def _one_onset(self, candidate: Candidate) -> bool:
+        """A NaN/Inf its check counted, failing in nodes that are one piece: an onset. A group of lone nodes
+        (singletons' test of one node per op type) still holds bystanders beside the node that fails."""
+        return self.original.signature.non_finite and nx.is_weakly_connected(self.model.dag.subgraph(candidate.nodes))
 
     def _end_turn(self, strategy, budget: int | None, nodes_before: int, finished: bool) -> bool:
         self.turns.append({"strategy": strategy.name, "budget": budget, "spent": self._turn_spent,

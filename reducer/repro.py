@@ -36,6 +36,11 @@ class ReproFacts:
         return int(match.group(1)) if match else None
 
     @property
+    def non_finite(self) -> bool:
+        """Whether the recorded command failure held NaN/Inf, as its check counted (Signature.non_finite)."""
+        return bool((self.signature or {}).get("non_finite"))
+
+    @property
     def exception(self) -> str | None:
         """The Python exception the recorded command failure ended with ('' none; None: not recorded)."""
         return (self.signature or {}).get("exception")
@@ -146,6 +151,7 @@ def command_repro_py(facts: ReproFacts) -> str:
         "TIMEOUT": float(options.get("check_timeout", 300.0)),
         "RECORDED_EXIT_CODE": facts.exit_code,
         "RECORDED_EXCEPTION": facts.exception,
+        "RECORDED_NON_FINITE": facts.non_finite,
     })
 
 

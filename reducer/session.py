@@ -489,7 +489,8 @@ def cause_report(reduction: Reduction) -> dict | None:
             return None  # an error, its own proof
         data = {"method": "onset", "checked": False,  # a NaN/Inf: the repro is where values leave the range
                 # a command's failure taken for an overflow: a hint, unless its test showed it
-                "assumed": signature.kind == "command" and reduction.overflow_carries is not True,
+                "assumed": (signature.kind == "command" and not signature.non_finite
+                            and reduction.overflow_carries is not True),
                 "range": counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                     reduction.oracle.max_abs_value)}
         if reduction.overflow_check is not None:

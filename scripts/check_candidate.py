@@ -84,6 +84,8 @@ def main() -> int:
     print(f"FAIL ({verdict.signature.kind}): {verdict.reason}" if verdict.failing else f"PASS: {verdict.reason}")
     if verdict.elements is not None:  # read by onnx-reduce's proof of cause
         print(f"failing_elements={verdict.elements}")
+    if result.status == "ok":  # NaN/Inf where the reference is finite: onnx-reduce then seeks the onset
+        print(f"nonfinite_elements={NanCheck().judge(result, reference).elements}")
     if not verdict.failing:
         return 0
     return 1 if verdict.signature.kind == args.fail_on else 3

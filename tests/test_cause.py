@@ -305,17 +305,62 @@ def test_causes_in_parallel_branches_are_kept_without_the_stretch_between_them(t
     assert report["checks"] <= default_budget(report["nodes_before"])
 
 
-def test_swift_f0s_three_underflows_are_kept_without_the_stretch_between_them(tmp_path):
+def test_swift_f0s_underflow_is_reduced_to_one_branchs_onset_where_its_check_counts_the_nans(tmp_path):
     """The held-out set's swift-f0 (fetched from its wheel on first use) in fp16 storage, through a check command:
-    each of its three STFT branches stores powers down to 1e-12 as 0, and a Log gives -Inf. The shortest stretch
-    of the order that carries it ran from the first branch's power through the third branch (130 nodes); each
-    branch cut to the first one's length, the three carry it together, proven fed the reference."""
+    each of its three STFT branches stores powers down to 1e-12 as 0, and a Log gives -Inf. The command says its
+    outputs hold NaN/Inf (`nonfinite_elements=N`), so the failure is a NaN/Inf's, whose repro is its onset: one
+    branch (before, taken for a tolerance failure, the three together: 46 nodes, proven, spread)."""
     report, kinds = reduce_a_set_model(tmp_path, "models/swift_f0_model.onnx", "heldout.json",
                                        "eval_swift_f0_utterance.npz", "--runner", "onnxruntime:cpu:fp16-storage",
                                        "--fail-on", "nan")
-    assert kinds.count("Sqrt") == 3 and report["nodes_after"] <= 50, (report["nodes_after"], kinds)
-    assert report["cause"]["holds"] and report["cause"]["method"] == "reference"
-    assert report["checks"] <= 15, report["checks"]  # Polygraphy: 7 nodes in 15 (an onset, not shown to carry it)
+    assert kinds.count("Sqrt") <= 1 and report["nodes_after"] <= 9, (report["nodes_after"], kinds)
+    assert report["cause"]["method"] == "onset" and not report["cause"]["assumed"]
+    assert report["checks"] <= 20, report["checks"]  # Polygraphy: 7 nodes in 15
+
+
+def test_a_nan_a_command_counts_is_reduced_to_one_onset_not_to_all_that_carry_it(tmp_path):
+    """Two branches each store a tiny product as 0 in fp16, and a Log gives -Inf: two onsets, neither of which
+    carries the whole model's failure alone. A command that prints `nonfinite_elements=N` (scripts/check_candidate.py)
+    says the failure is a NaN/Inf: its repro is one onset, its report says so, not assumed. A command that does not
+    leaves the failure's kind unknown, and the proof keeps both branches."""
+    from reducer.driver import small_cause
+
+    nodes = []
+    for branch in "ab":
+        nodes += [helper.make_node("Relu", ["x"], [f"{branch}r"], name=f"{branch}_relu"),
+                  helper.make_node("Mul", [f"{branch}r", "tiny"], [f"{branch}t"], name=f"{branch}_tiny"),
+                  helper.make_node("Log", [f"{branch}t"], [f"{branch}l"], name=f"{branch}_log"),
+                  helper.make_node("Add", [f"{branch}l", "thirty"], [f"{branch}y"], name=f"{branch}_shift")]
+    graph = helper.make_graph(nodes, "onsets", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info(f"{b}y", TensorProto.FLOAT, [1, 16]) for b in "ab"],
+                              [_const("tiny", [1e-9]), _const("thirty", [30.0])])
+    path = tmp_path / "onsets.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(3).uniform(0.5, 1.0, (1, 16)).astype(np.float32))
+    flags = ["--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", "nan"]
+    report = reduce(tmp_path, path, *check_command(*flags))
+    kept = kept_names(tmp_path)
+    assert report["final"]["failing"] and {"a_log", "b_log"} & set(kept) and len(kept) <= small_cause(8), kept
+    assert report["cause"]["method"] == "onset" and not report["cause"]["assumed"], report["cause"]
+    assert report["signature"]["non_finite"]
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text()
+    assert "Onset of the NaN/Inf" in md.split("**Reproduce**")[0]
+    repro = tmp_path / "out" / "bundle" / "repro.py"  # it reproduces only with NaN/Inf, as recorded
+    assert "RECORDED_NON_FINITE = True" in repro.read_text() and "RECORDED_EXIT_CODE = 1" in repro.read_text()
+    done = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout[-2000:]
+
+    quiet = tmp_path / "quiet"  # the same check, its count of NaN/Inf filtered out of what it prints
+    quiet.mkdir()
+    script = quiet / "check.sh"
+    script.write_text('out=$("$@"); code=$?; printf "%s\\n" "$out" | grep -v nonfinite_elements; exit $code\n')
+    command = check_command(*flags)
+    at = command.index("--check") + 1
+    report = reduce(quiet, path, *command[:at], "bash", str(script), *command[at:])
+    assert report["cause"]["method"] == "reference" and report["cause"]["holds"], report["cause"]
+    assert {name[0] for name in kept_names(quiet)} == {"a", "b"}, kept_names(quiet)  # a part of each branch
+
+
 
 
 def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
