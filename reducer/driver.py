@@ -88,6 +88,11 @@ class Limits:
     exhaustive: bool = True
 
 
+# the input at which each op turns a 0 into -Inf, Inf or NaN (Reduction.near_zero)
+SINGULAR_AT_ZERO = {"Log": 0, "Reciprocal": 0, "Div": 1, "Pow": 0}
+FP16_SMALLEST_NORMAL = 2.0 ** -14  # below it fp16 keeps fewer bits, and rounds below 2**-25 to 0
+
+
 def small_cause(nodes: int) -> int:
     """A proven cause (a shown overflow's onset, a NaN/Inf's onset its check counted, an error's repro raising its
     message) this small ends the default search: confirming 1-minimality costs about a check per node, more than
@@ -426,6 +431,29 @@ class Reduction:
                      if any(counterfactual.beyond(self.store, name, bound) for name in writes))
 
     @cached_property
+    def near_zero(self) -> tuple[int, ...]:
+        """For a NaN/Inf failure on an fp16 target: the nodes that turn a 0 into -Inf, Inf or NaN (a Log, a division,
+        a Pow's base) whose reference input comes within fp16's subnormal range, where rounding upstream can make it 0
+        (swift-f0's Log of a filter-bank sum of powers that fp16 stores as 0). A hint where the failure shows, as
+        `beyond_target` is for an overflow; never a verdict."""
+        signature = self.original.signature if self.original else None
+        from oracles.onnxruntime_runner import FP16_MAX
+
+        if signature is None or not (signature.kind == "nan" or signature.non_finite) or self.range_bound != FP16_MAX:
+            return ()
+        found = []
+        for index, node in enumerate(self.model.nodes):
+            place = SINGULAR_AT_ZERO.get(node.op_type)
+            name = node.input[place] if place is not None and len(node.input) > place else ""
+            record = self.store.records.get(name)
+            if record is None or np.dtype(record.dtype).kind != "f" or not record.finite:
+                continue
+            values = np.abs(np.asarray(self.store.load(name), dtype=np.float32))
+            if values.size and float(values.min()) < FP16_SMALLEST_NORMAL:
+                found.append(index)
+        return tuple(found)
+
+    @cached_property
     def named(self) -> tuple[int, ...]:
         """The nodes the whole model's failure message names: an error's, which names the node it failed on (a
         numeric failure's message names tensors). A hint where the failure ends, never a verdict. Looked for in the
@@ -721,7 +749,8 @@ class Reduction:
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
                                 self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
                                 self.overflow_region, self.checks_left, self.cause_method == "reference",
-                                self.named, small_cause(len(self.model)) if self.check_budget is not None else 0)
+                                self.named, small_cause(len(self.model)) if self.check_budget is not None else 0,
+                                self.near_zero)
         proposals = strategy.search(self.best, context)
         try:
             batch = next(proposals)

@@ -564,15 +564,18 @@ class Model:
         return any(t is None or t.tensor_type.elem_type in FLOAT_TYPES for t in types)
 
     def moves_or_selects(self, index: int) -> bool:
-        """Whether a node's output is its inputs' values moved or selected, so that rounding commutes with it. A
-        Pad is one where what it pads with is too: an edge or a reflection, or a constant fp16 holds exactly (0, as
-        a Pad before a Conv has it); a constant 0.1 would be rounded where the target rounds weights."""
+        """Whether a node's output is its inputs' values moved or selected, so that rounding commutes with it (a
+        scatter too, unless it adds or multiplies). A Pad is one where what it pads with is too: an edge or a
+        reflection, or a constant fp16 holds exactly (0, as a Pad before a Conv has it); a constant 0.1 would be
+        rounded where the target rounds weights."""
         node = self.nodes[index]
         if node.op_type in MOVES | SELECTS:
             return True
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type in SCATTERS:  # swift-f0's mel filter bank: zeros with the weights scattered in
+            return attributes.get("reduction", b"none") == b"none"
         if node.op_type != "Pad":
             return False
-        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if attributes.get("mode", b"constant") != b"constant":
             return True
         value: object = attributes.get("value", 0.0)  # before opset 11
@@ -716,7 +719,9 @@ class Model:
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 # ops that move or pick values as they are: computed at any precision, their output is their input's
 MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
-                   "Gather", "Expand", "Tile"})
+                   "Gather", "GatherElements", "GatherND", "Expand", "Tile"})
+# ops that write their updates' values into a copy of their data, as they are, unless told to add or multiply them
+SCATTERS = frozenset({"Scatter", "ScatterElements", "ScatterND"})
 # ops that select among their inputs' values (or negate one): rounding is monotone and symmetric, so computed
 # from rounded inputs they give the rounded exact value, which is what a reader of their exact output gets too
 SELECTS = frozenset({"Relu", "Max", "Min", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Abs", "Neg", "Clip"})

@@ -88,6 +88,9 @@ class SearchContext:
     named: tuple[int, ...] = ()
     # a proven repro of at most this many nodes ends the default search (0: none does; --minimal goes on)
     final_size: int = 0
+    # for a NaN/Inf on an fp16 target, in topological order: nodes that turn a 0 into NaN/Inf (a Log, a division)
+    # whose reference input comes near 0, where fp16 rounding upstream can make it 0; where the failure may show
+    near_zero: tuple[int, ...] = ()
 
     def named_in(self, current: Candidate) -> list[int]:
         """The named nodes `current` keeps."""

@@ -73,13 +73,16 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     command) can still give, for about log2(n) checks: the last node alone (grown upwards until what
     feeds it is faithful), then with its direct producers, then its ancestor cone, are tried next.
     Where the reference holds a value the target cannot (an fp16 overflow), the prefix ending at the first
-    node that computes one is probed first, then that prefix without it: an overflow shows where it starts. So is
+    node that computes one is probed first, then that prefix without it: an overflow shows where it starts (with no
+    overflow, for a NaN/Inf, the prefix ending at the first Log or division whose input comes near 0). So is
     the prefix ending at the latest node an error's message names (an engine names the node it failed on), then
     that prefix without it, then past it by NAMED_STEPS; once cut, the nodes it names are tried alone first.
     A failing probe's failing tensors' cone is tried as soon as it fails (failing_cone), not at the end only."""
     before = len(current)
     nodes = current.ordered()
     origin = next((nodes.index(n) for n in context.beyond_target if n in current.nodes), None)
+    if origin is None:  # no overflow: a NaN/Inf then shows where a Log or a division meets a value rounded to 0
+        origin = next((nodes.index(n) for n in context.near_zero if n in current.nodes), None)
     hints = () if origin is None else ending_at(nodes, origin)
     named = context.named_in(current)
     if named:
