@@ -536,8 +536,10 @@ class Reduction:
         check that tests the hint: True, the failure is the overflow (its repro is the onset); False, the values
         out of range do no harm (magika in fp16-storage: a tolerance failure), so its cause is sought as any
         tolerance failure's; None, it could not be run (the hint stands)."""
-        if not self.beyond_target or not (self.original and self.original.failing) or \
-                self.original.signature.kind != "command":  # the built-in checks know their failure's kind
+        if not self.beyond_target or not (self.original and self.original.failing):
+            return None
+        signature = self.original.signature  # the built-in checks know their failure's kind; a message is no overflow
+        if signature.kind != "command" or signature.names_a_message:
             return None
         # fed from the reference (a `without` run computes the Constants they read as the whole model does)
         region = self._with_readers(frozenset(self.beyond_target))

@@ -1226,12 +1226,10 @@ def test_a_prefix_keeping_a_resize_whose_size_comes_from_fp16_constant_arithmeti
         reduction.close()
 
 
-def test_an_error_naming_a_tensor_is_cut_to_the_nodes_that_read_it(tmp_path):
-    """onnxconverter-common names the Cast it adds for an fp32 input's reader "{input}_cast_to_{reader's name}", so
-    two nameless readers of one input get one name, and ONNX Runtime refuses the converted model (swift-f0's, in the
-    held-out set). The message names no node of the model, but the tensor `audio` as the stem of the Casts': the
-    repro is its two readers, tried alone once the prefix search has cut the tail (before: 6 nodes in 10 checks, the
-    Pad's whole ancestor cone)."""
+def _duplicate_casts_model(path: Path, scale: float = 1.0) -> None:
+    """An input read by two nameless nodes (Shape and Pad), then a tail: onnxconverter-common names the Cast it adds
+    for each reader "{input}_cast_to_{reader's name}", one name twice, and ONNX Runtime refuses the converted model
+    (swift-f0's, in the held-out set)."""
     nodes = [helper.make_node("Shape", ["audio"], ["n"]),
              helper.make_node("Gather", ["n", "one"], ["length"], axis=0),
              helper.make_node("Sub", ["target", "length"], ["short"]),
@@ -1248,14 +1246,36 @@ def test_an_error_naming_a_tensor_is_cut_to_the_nodes_that_read_it(tmp_path):
                  numpy_helper.from_array(np.zeros(3, np.int64), "zeros")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, "samples"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "padded"])], constants)
-    path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    np.savez(path.with_suffix(".npz"), audio=np.linspace(-1, 1, 64, dtype=np.float32)[None])
+    np.savez(path.with_suffix(".npz"), audio=scale * np.linspace(-1, 1, 64, dtype=np.float32)[None])
+
+
+def test_an_error_naming_a_tensor_is_cut_to_the_nodes_that_read_it(tmp_path):
+    """The message names no node of the model, but the tensor `audio` as the stem of the Casts' name: the repro is
+    its two readers, tried alone once the prefix search has cut the tail (before: 6 nodes in 10 checks, the Pad's
+    whole ancestor cone)."""
+    path = tmp_path / "m.onnx"
+    _duplicate_casts_model(path)
     report = reduce(tmp_path, path, "--runner", "onnxruntime:cpu:fp16", "--fail-on", "error",
                     "--fail-regex", "two nodes with same node name")
     assert report["final"]["failing"]
     assert sorted(n.op_type for n in onnx.load(str(tmp_path / "out" / "minimal.onnx")).graph.node) == ["Pad", "Shape"]
     assert report["checks"] <= 7
+
+
+def test_an_error_through_a_command_tests_no_overflow_hint(tmp_path):
+    """Values beyond fp16's range in the reference make a command's numeric failure an overflow to test; a message
+    its --fail-regex names is an error, which no value explains: no check is spent on that test (the same repro in
+    6 checks, 9 with it)."""
+    path = tmp_path / "m.onnx"
+    _duplicate_casts_model(path, scale=7e4)
+    regex = "two nodes with same node name"
+    check_script = ROOT / "scripts" / "check_candidate.py"
+    report = reduce(tmp_path, path, "--fail-code", "1", "--fail-regex", regex, "--check", sys.executable,
+                    str(check_script), "{model}", "{inputs}", "--runner", "onnxruntime:cpu:fp16", "--fail-on", "error",
+                    "--fail-regex", regex)
+    assert report["final"]["failing"] and report["nodes_after"] == 2
+    assert report["cause"] is None and report["checks"] <= 6, report["checks"]
 
 
 def test_an_error_spends_no_proof_checks_by_default(tmp_path):
