@@ -436,9 +436,9 @@ class Reduction:
         a Pow's base) whose reference input comes within fp16's subnormal range, where rounding upstream can make it 0
         (swift-f0's Log of a filter-bank sum of powers that fp16 stores as 0). A hint where the failure shows, as
         `beyond_target` is for an overflow; never a verdict."""
-        signature = self.original.signature if self.original else None
         from oracles.onnxruntime_runner import FP16_MAX
 
+        signature = self.original.signature if self.original else None
         if signature is None or not (signature.kind == "nan" or signature.non_finite) or self.range_bound != FP16_MAX:
             return ()
         found = []
