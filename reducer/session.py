@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from oracles.base import Oracle, Verdict
-from reducer import counterfactual, errors, output_dir
+from reducer import counterfactual, errors, interrupts, output_dir
 from reducer.activations import REFERENCE_RUNNER, ActivationStore, store_key, write_capture_model
 from reducer.candidate import describe_edit
 from reducer.driver import MINIMAL, Limits, Progress, Reduction, SearchStopped
@@ -354,9 +354,13 @@ def reduce_model(
         kept = reduction.size(reduction.best)
         progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({kept} nodes)")
     except Exception as exc:  # the report still says what was done, and that it stopped on an error
-        report["status"] = "error"
-        report["error"] = f"{type(exc).__name__}: {exc}"
-        raise
+        if not interrupts.received():
+            report["status"] = "error"
+            report["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        # what a Ctrl-C broke on its way (a C extension turns it into its own error): still an interrupt
+        kept = reduction.size(reduction.best)
+        progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({kept} nodes)")
     finally:
         report.update(_figures(reduction, started))
         if hasattr(oracle, "flakiness"):

@@ -3,6 +3,7 @@ errors with their logs, crashes and hangs become verdict data, and the worker co
 
 from __future__ import annotations
 
+import signal
 import time
 
 import numpy as np
@@ -211,4 +212,33 @@ def test_an_interrupt_while_the_bundle_is_written_exits_as_an_interrupt(monkeypa
     assert exited.value.code == 130, capsys.readouterr().err
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["status"] == "reduced" and report["bundle"] == {"error": "interrupted"}
+    assert (tmp_path / "out" / "minimal.onnx").exists()
+
+
+def test_an_interrupt_that_a_c_extension_turned_into_its_own_error_is_still_an_interrupt(monkeypatch, capsys,
+                                                                                         tmp_path):
+    """Ctrl-C can land inside a C extension, which raises its own error instead of KeyboardInterrupt. Mid-search,
+    that is still the interrupt: the best model so far is kept and said to be kept, report.json says interrupted
+    (not error), and the exit code is Ctrl-C's."""
+    import json
+
+    from test_bad_input import good_model, write_model
+
+    from reducer import cli, interrupts
+    from reducer.driver import Reduction
+
+    def broken(self):
+        interrupts._received.append(signal.SIGINT)
+        raise RuntimeError("pybind11::error_already_set: KeyboardInterrupt")
+
+    write_model(tmp_path / "m.onnx", good_model())
+    monkeypatch.setattr(Reduction, "search", broken)
+    monkeypatch.setattr(interrupts, "_received", [])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["reduce", "m.onnx", "-o", "out", "--no-cause-check", "--check", "false"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 130, err
+    assert "holds the best so far" in err
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "interrupted"
     assert (tmp_path / "out" / "minimal.onnx").exists()
