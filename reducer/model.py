@@ -571,11 +571,11 @@ class Model:
         node = self.nodes[index]
         if node.op_type in MOVES | SELECTS:
             return True
+        if node.op_type not in SCATTERS and node.op_type != "Pad":
+            return False
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type in SCATTERS:  # swift-f0's mel filter bank: zeros with the weights scattered in
             return attributes.get("reduction", b"none") == b"none"
-        if node.op_type != "Pad":
-            return False
         if attributes.get("mode", b"constant") != b"constant":
             return True
         value: object = attributes.get("value", 0.0)  # before opset 11

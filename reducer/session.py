@@ -350,15 +350,12 @@ def reduce_model(
             report["status"], code = "no-verdict", errors.EXIT_INTERNAL
         else:
             report["status"], code = "not-reproduced", errors.EXIT_NOT_REPRODUCED
-    except KeyboardInterrupt:
-        kept = reduction.size(reduction.best)
-        progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({kept} nodes)")
-    except Exception as exc:  # the report still says what was done, and that it stopped on an error
-        if not interrupts.received():
-            report["status"] = "error"
+    except (KeyboardInterrupt, Exception) as exc:
+        # an error after a Ctrl-C is what the interrupt broke on its way (a C extension turns it into its own error)
+        if not isinstance(exc, KeyboardInterrupt) and not interrupts.received():
+            report["status"] = "error"  # the report still says what was done, and that it stopped on an error
             report["error"] = f"{type(exc).__name__}: {exc}"
             raise
-        # what a Ctrl-C broke on its way (a C extension turns it into its own error): still an interrupt
         kept = reduction.size(reduction.best)
         progress.message(f"interrupted: {out_dir / MINIMAL} holds the best so far ({kept} nodes)")
     finally:
