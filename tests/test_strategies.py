@@ -549,8 +549,9 @@ def test_selections_computed_from_rounded_inputs_give_the_rounded_exact_value():
 
 def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(tmp_path):
     """As openWakeWord's embedding: the origin's error, with all above it exact, still fails the whole model, so
-    what it needs to fail alone lies below it. After the origin alone, the next candidates are the prefix and the
-    front cut (the origin and all below it), not the origin with its producers, a check that cannot help."""
+    what it needs to fail alone lies below it. After the origin alone, the origin with the node that first computes
+    from it (open_nsfw's next Conv), then the prefix and the front cut (the origin and all below it), not the origin
+    with its producers, a check that cannot help."""
     from strategies.base import Exact
     from strategies.origin import FailureOrigin
 
@@ -559,8 +560,9 @@ def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(
     asked = next(proposals)
     while isinstance(asked, Exact):
         asked = proposals.send(40 not in asked.nodes)  # carried once node 40 is exact: the origin alone carries it
-    assert [candidate.nodes for candidate in asked] == [frozenset({40})]  # the origin alone, not with node 39
-    asked = proposals.send(None)  # it passes alone: its error grows below it (the origin again: the cache answers)
+    # the origin alone, then with its reader, not with node 39
+    assert [candidate.nodes for candidate in asked] == [frozenset({40}), frozenset({40, 41})]
+    asked = proposals.send(None)  # both pass alone: its error grows further below (the origin again: cached)
     # the front cut, then the prefix: the smaller first (both proven by the search's own runs)
     assert [c.nodes for c in asked if c.nodes != {40}] == [frozenset(range(40, 64)), frozenset(range(41))]
     proposals.close()
@@ -630,3 +632,22 @@ def test_an_overflow_onset_that_fails_only_where_its_value_is_read_is_found_with
 
     final, calls = drive(strategy, start, fails, context)
     assert final.nodes == {onset, *readers} and calls == 2
+
+
+def test_an_origins_first_computing_readers_pass_through_moves_and_stop_where_a_node_computes(tmp_path):
+    """What the origin search tries where the origin alone carries the failure but passes alone: the origin with the
+    nodes that read it down to the first that compute (Relu, Neg and Abs hand values on; Add computes)."""
+    from strategies.origin import FIRST_READERS, with_first_computing_readers
+
+    model = diamond_chain_model(tmp_path, blocks=3)
+    context = SearchContext(model, ())
+    whole = Candidate(frozenset(range(len(model))))
+    names = {node.name: index for index, node in enumerate(model.nodes)}
+    found = with_first_computing_readers(names["d0"], context, whole)
+    assert {model.nodes[i].name for i in found} == {"d0", "a1", "b1", "c1", "d1"}
+    # nothing below the last node computes: the origin alone
+    assert with_first_computing_readers(names["d2"], context, whole) == {names["d2"]}
+    # within the candidate only: without d1, no node below d0 computes
+    assert with_first_computing_readers(names["d0"], context, whole.keeping(whole.nodes - {names["d1"]})) == {
+        names["d0"]}
+    assert FIRST_READERS >= 5
