@@ -99,13 +99,19 @@ def _error_of(runner: str, model: str, feeds: dict[str, np.ndarray]) -> str | No
     process.start()
     sending.close()
     try:
-        message = receiving.recv()
+        message = receiving.recv()  # what the run gave, even should the process die on its way out
     except EOFError:  # it died before it could say
-        message = None
-    process.join()
-    if process.exitcode and process.exitcode < 0:
-        return f"crash: the target's process was killed by {signal_name(-process.exitcode)}"
-    return message
+        process.join()
+    else:
+        process.join(30)
+        if process.is_alive():  # stuck on its way out: what it said stands
+            process.kill()
+            process.join()
+        return message
+    code = process.exitcode
+    if code is not None and code < 0:
+        return f"crash: the target's process was killed by {signal_name(-code)}"
+    return f"crash: the target's process exited with code {code} before the run ended"
 
 
 def _run_target(runner: str, model: str, feeds: dict[str, np.ndarray], sending) -> None:
