@@ -82,7 +82,7 @@ class FailureOrigin:
         options = [grown(frozenset({origin}), context, current)]
         if not alone_still_failing:
             # carrying it alone, its error may still lie within the tolerance until a node computes with it (a Conv
-            # summing its rounded outputs): the origin with what first computes from it, tried next
+            # summing its rounded outputs): the origin with what first computes from it, tried next (none: no option)
             options.append(with_first_computing_readers(origin, context, current))
         producers = with_producers(origin, context, current)
         if alone_still_failing and len(producers) < len(current):
@@ -168,8 +168,8 @@ def computes(model: Model, index: int) -> bool:
 
 def with_first_computing_readers(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:
     """A node with the kept nodes that read its values down to the first that compute from them (moves and
-    selections between hand them on as they are), grown until faithful; the node alone where nothing below it
-    computes, or where that takes more than FIRST_READERS nodes (a fan-out: no small amplifier)."""
+    selections between hand them on as they are), grown until faithful; empty where nothing below it computes, or
+    where that takes more than FIRST_READERS nodes (a fan-out: no small amplifier)."""
     graph = context.model.dag.subgraph(current.nodes)
     kept, frontier, computing = {node}, [node], False
     while frontier:
@@ -181,8 +181,8 @@ def with_first_computing_readers(node: int, context: SearchContext, current: Can
                 else:
                     frontier.append(reader)
         if len(kept) > FIRST_READERS:
-            return frozenset({node})
-    return grown(frozenset(kept), context, current) if computing else frozenset({node})
+            return frozenset()
+    return grown(frozenset(kept), context, current) if computing else frozenset()
 
 
 def without_leading_moves(prefix: list[int], context: SearchContext, current: Candidate) -> frozenset[int]:
