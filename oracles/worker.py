@@ -176,6 +176,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def write_feeds(feeds: dict, folder: Path) -> dict[str, Path]:
+    """Inputs as a worker loads them: one .npy file each in `folder` (numbered: a tensor's name may hold any
+    character)."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for number, (name, value) in enumerate(feeds.items()):
+        paths[name] = folder / f"input{number}.npy"
+        np.save(paths[name], value, allow_pickle=False)
+    return paths
+
+
 class Worker:
     """One warm worker process for one runner; restarted after it dies or is killed for a hang."""
 

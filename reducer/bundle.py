@@ -23,6 +23,7 @@ import onnx
 
 from oracles.base import CheckJob, Signature, Verdict
 from oracles.command import KEEP_FP32
+from oracles.worker import write_feeds
 from reducer import bundle_files, environment
 from reducer.activations import ActivationStore
 from reducer.candidate import TWO_GIB_MARGIN, save_model
@@ -306,7 +307,7 @@ def _reference_outputs(out_dir: Path, index: dict, model: onnx.ModelProto, feeds
     from reducer.activations import REFERENCE_RUNNER
     from reducer.options import DEFAULT_CHECK_TIMEOUT
 
-    paths = _write_feeds(feeds, scratch)
+    paths = write_feeds(feeds, scratch)
     save_model(_weights_from(model, out_dir), scratch / "reference.onnx")
     worker = Worker(REFERENCE_RUNNER)
     try:
@@ -325,15 +326,6 @@ def _weights_from(model: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
     return mark_external_sources(copy, folder)
 
 
-def _write_feeds(feeds: dict[str, np.ndarray], scratch: Path) -> dict[str, Path]:
-    scratch.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for number, (name, value) in enumerate(feeds.items()):
-        paths[name] = scratch / f"input{number}.npy"
-        np.save(paths[name], value, allow_pickle=False)
-    return paths
-
-
 def _build_oracle(options: dict):
     from reducer.options import OracleOptions, build_oracle
 
@@ -343,7 +335,7 @@ def _build_oracle(options: dict):
 
 def _observe(oracle, model, feeds, reference, scratch: Path) -> tuple[Verdict, dict[str, np.ndarray]]:
     """One more check of the minimal model: the target's outputs as observed (a command has none)."""
-    job = CheckJob(model, _write_feeds(feeds, scratch), reference, scratch / "check")
+    job = CheckJob(model, write_feeds(feeds, scratch), reference, scratch / "check")
     job.workdir.mkdir(parents=True, exist_ok=True)
     observe = getattr(oracle, "observe", None)
     if observe is None:

@@ -56,14 +56,12 @@ def probe_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]:
 def write_probe(folder: Path) -> tuple[Path, dict[str, Path], np.ndarray]:
     """The probe model and its input as files in `folder`, as a check sends them to a worker, and the
     expected output."""
+    from oracles.worker import write_feeds
+
     model, feeds, expected = probe_model()
     model_path = folder / "probe.onnx"
     onnx.save(model, str(model_path))
-    feed_paths = {}
-    for name, value in feeds.items():
-        feed_paths[name] = folder / f"{name}.npy"
-        np.save(feed_paths[name], value)
-    return model_path, feed_paths, expected
+    return model_path, write_feeds(feeds, folder), expected
 
 
 def run_probe(spec: str, uses_gpu: bool, timeout: float = PROBE_TIMEOUT):

@@ -16,21 +16,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from oracles import make_runner
-from oracles.base import RunResult, signal_name
+from oracles.base import RunResult
 from oracles.checks import NanCheck, ToleranceCheck
 from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY
+from oracles.worker import Worker, write_feeds
 from reducer.activations import REFERENCE_RUNNER
+from reducer.errors import ReducerError
 from reducer.inputs import load_inputs_file
+from reducer.options import DEFAULT_CHECK_TIMEOUT
 
 
 def main() -> int:
@@ -91,36 +94,20 @@ def main() -> int:
 
 
 def _error_of(runner: str, model: str, feeds: dict[str, np.ndarray]) -> str | None:
-    """What the target raises on the model, None where it runs. In a process of its own: a runtime that crashes (a
-    segfault in a graph optimiser) is an error to reduce too, said by its signal, not this command dying unheard."""
-    context = multiprocessing.get_context("spawn")
-    receiving, sending = context.Pipe(duplex=False)
-    process = context.Process(target=_run_target, args=(runner, model, feeds, sending))
-    process.start()
-    sending.close()
-    try:
-        message = receiving.recv()  # what the run gave, even should the process die on its way out
-    except EOFError:  # it died before it could say
-        process.join()
-    else:
-        process.join(30)
-        if process.is_alive():  # stuck on its way out: what it said stands
-            process.kill()
-            process.join()
-        return message
-    code = process.exitcode
-    if code is not None and code < 0:
-        return f"crash: the target's process was killed by {signal_name(-code)}"
-    return f"crash: the target's process exited with code {code} before the run ended"
-
-
-def _run_target(runner: str, model: str, feeds: dict[str, np.ndarray], sending) -> None:
-    try:
-        make_runner(runner).run(model, feeds, None)
-    except Exception as exc:
-        sending.send(f"{type(exc).__name__}: {exc}")
-    else:
-        sending.send(None)
+    """What the target raises on the model, None where it runs. In a worker process of its own, as onnx-reduce's
+    built-in checks run it: a runtime that crashes (a segfault in a graph optimiser) is an error to reduce too,
+    said by its signal, not this command dying unheard."""
+    with tempfile.TemporaryDirectory(prefix="check-candidate-") as scratch:
+        worker = Worker(runner)
+        try:
+            result = worker.run(Path(model), write_feeds(feeds, Path(scratch)), DEFAULT_CHECK_TIMEOUT)
+        except ReducerError as exc:  # the runner cannot start here: another failure, not the one asked for
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            worker.close()
+    if result.status == "ok":
+        return None
+    return result.error if result.status == "error" else f"{result.status}: {result.error}"
 
 
 def _kept_in_fp32(model: onnx.ModelProto, keep_file: str | None, path: Path) -> str | None:
