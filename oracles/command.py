@@ -146,8 +146,10 @@ class CommandOracle:
         else:
             failed = code != 0 if self.fail_regexes is None else bool(matched)
         killed = code < 0 and signal_name(-code) in KILLED_FROM_OUTSIDE  # says nothing of the candidate
-        if not failed:
-            return Verdict(False, None, f"exit code {code}", output, lasting=not killed)
+        if not failed:  # a command that stopped short says why on its last line: the user sees it
+            said = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "") if code else ""
+            return Verdict(False, None, f"exit code {code}" + (f" ({said[:200]})" if said else ""), output,
+                           lasting=not killed)
         if code < 0:
             return Verdict(True, Signature("crash", signal_name(-code)), f"killed by {signal_name(-code)}", output,
                            lasting=not killed)

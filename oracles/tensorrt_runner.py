@@ -127,6 +127,8 @@ class TensorRTRunner:
     # -- worker side ----------------------------------------------------------------------------------
     def _import(self):
         if self._trt is None:
+            if self.flavour is None:
+                raise TensorRTUnavailableError(self.unavailable_reason())
             if self.flavour == "tensorrt_rtx":  # Polygraphy's TrtRunner follows this switch
                 os.environ["POLYGRAPHY_USE_TENSORRT_RTX"] = "1"
                 import polygraphy.config

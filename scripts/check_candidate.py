@@ -3,7 +3,8 @@ alike: run MODEL on the fp32 reference and on the target runner with inputs from
 (or .npz; names the model does not take are ignored, as Polygraphy does). Exit 0: passes; 1: fails
 the way asked (NaN/Inf, tolerance, or with `--fail-on error` the target raised or crashed, run in a
 process of its own, and --fail-regex matched its message); 3: another failure (the target raised
-otherwise), so that a reducer using `--fail-code 1` does not slip to it.
+otherwise), so that a reducer using `--fail-code 1` does not slip to it; 2: nothing was judged (an input
+without data, or a runner that cannot run on this machine, said in one line).
 
     python scripts/check_candidate.py polygraphy_debug.onnx layerwise_inputs.json \
         --runner onnxruntime:cpu:fp16-storage --fail-on nan
@@ -20,6 +21,7 @@ import os
 import re
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +33,7 @@ from oracles.checks import NanCheck, ToleranceCheck
 from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY
 from oracles.worker import Worker, write_feeds
 from reducer.activations import REFERENCE_RUNNER
-from reducer.errors import ReducerError
+from reducer.errors import EXIT_BAD_INPUT, BadInputsError, BadModelError, ReducerError
 from reducer.inputs import load_inputs_file
 from reducer.options import DEFAULT_CHECK_TIMEOUT
 
@@ -48,20 +50,32 @@ def main() -> int:
     parser.add_argument("--keep-fp32", metavar="FILE", help='{"nodes": [...], "tensors": [...]}: keep those in fp32')
     args = parser.parse_args()
 
-    model = onnx.load(args.model, load_external_data=False)
+    try:
+        model = onnx.load(args.model, load_external_data=False)
+    except Exception as exc:  # protobuf raises several types for truncated or foreign files
+        raise BadModelError(f"{args.model}: cannot load it as an ONNX model ({type(exc).__name__})") from None
     initializers = {t.name for t in model.graph.initializer}
     wanted = [i.name for i in model.graph.input if i.name not in initializers]
     if args.inputs.endswith(".npz"):  # every captured tensor: read only the ones this candidate takes
-        with np.load(args.inputs, allow_pickle=False) as data:
-            missing = [name for name in wanted if name not in data.files]
-            feeds = {name: np.asarray(data[name]) for name in wanted if name not in missing}
+        if not Path(args.inputs).is_file():
+            raise BadInputsError(f"{args.inputs}: no such file")
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                missing = [name for name in wanted if name not in data.files]
+                feeds = {name: np.asarray(data[name]) for name in wanted if name not in missing}
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise BadInputsError(f"{args.inputs}: cannot read it as .npz ({type(exc).__name__})") from None
     else:
         data = load_inputs_file(args.inputs)
         missing = [name for name in wanted if name not in data]
         feeds = {name: np.asarray(data[name]) for name in wanted if name not in missing}
     if missing:
         print(f"no data for inputs {missing}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    why_not = make_runner(args.runner).unavailable_reason()
+    if why_not:  # not the model's failure, and not a pass: say why, as onnx-reduce's own checks do
+        print(f"cannot run {args.runner} here: {why_not}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.fail_on == "error":  # a build or parse failure: no reference needed
         message = _error_of(args.runner, args.model, feeds)
         if message is None:
@@ -124,5 +138,14 @@ def _kept_in_fp32(model: onnx.ModelProto, keep_file: str | None, path: Path) -> 
     return str(path)
 
 
+def _main() -> int:
+    """main, with what the user gave wrong (a missing file, a runner that is not one) said in one line, exit 2."""
+    try:
+        return main()
+    except ReducerError as exc:
+        print(f"check_candidate: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

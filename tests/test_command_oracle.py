@@ -400,3 +400,11 @@ def test_a_file_the_command_names_that_cannot_be_read_is_a_usage_error(tmp_path,
     monkeypatch.setattr(command, "file_digest", unreadable)
     with pytest.raises(UsageError, match=r"^--check: cannot read .*data\.npz: Permission denied$"):
         _oracle(argv=[sys.executable, "-c", "pass", str(data)])
+
+
+def test_a_passing_exit_code_says_the_commands_last_line():
+    """A command that stopped short (a runner it cannot run) says why; the whole model's 'not failing' shows it."""
+    verdict = _oracle(fail_codes=[1]).decide(2, "reference ran\ncannot run tensorrt:fp16 here: not installed\n\n")
+    assert not verdict.failing
+    assert verdict.reason == "exit code 2 (cannot run tensorrt:fp16 here: not installed)"
+    assert _oracle(fail_codes=[1]).decide(0, "PASS: all close").reason == "exit code 0"

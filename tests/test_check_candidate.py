@@ -1,0 +1,76 @@
+"""scripts/check_candidate.py, given what a user can give wrong: one line on stderr, exit 2 (nothing judged), no
+traceback. Exit 2 is not the failure asked for (`--fail-code 1`), and onnx-reduce shows the command's last line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, save
+
+from oracles.tensorrt_runner import installed_flavour
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = [sys.executable, str(ROOT / "scripts" / "check_candidate.py")]
+
+
+@pytest.fixture()
+def relu(tmp_path: Path) -> tuple[Path, Path]:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = tmp_path / "relu.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, x=np.array([-1, 0, 1, 2], np.float32))
+    return model, inputs
+
+
+def _run(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*CHECK, *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def _said_in_one_line(done: subprocess.CompletedProcess, words: str) -> None:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+
+
+def test_a_passing_model_passes(relu):
+    model, inputs = relu
+    done = _run(model, inputs, "--runner", "onnxruntime:cpu:fp16", "--fail-on", "nan")
+    assert done.returncode == 0 and done.stdout.startswith("PASS"), (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("which, words", [("model", "no-such.onnx: cannot load it"),
+                                          ("inputs", "no-such.npz: no such file"),
+                                          ("not-a-model", "cannot load it as an ONNX model")])
+def test_missing_or_foreign_files(relu, tmp_path, which, words):
+    model, inputs = relu
+    if which == "model":
+        model = tmp_path / "no-such.onnx"
+    elif which == "inputs":
+        inputs = tmp_path / "no-such.npz"
+    else:
+        model = tmp_path / "not.onnx"
+        model.write_bytes(b"\xff\xfe definitely not protobuf" * 10)
+    _said_in_one_line(_run(model, inputs, "--fail-on", "nan"), words)
+
+
+def test_a_runner_that_is_not_one(relu):
+    model, inputs = relu
+    _said_in_one_line(_run(model, inputs, "--runner", "bogus:fp16"), "unknown runner 'bogus:fp16'")
+
+
+@pytest.mark.parametrize("fail_on", ["tolerance", "error"])
+def test_a_runner_this_machine_cannot_run(relu, fail_on):
+    """TensorRT not installed: before, the tolerance check called the target anyway and said
+    'TypeError: module name must be a string' as if the model had failed."""
+    if installed_flavour() is not None:
+        pytest.skip(f"{installed_flavour()} is installed here: the runner can run")
+    model, inputs = relu
+    _said_in_one_line(_run(model, inputs, "--runner", "tensorrt:fp16", "--fail-on", fail_on),
+                      "cannot run tensorrt:fp16 here: neither tensorrt nor tensorrt_rtx is installed")
