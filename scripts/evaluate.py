@@ -183,8 +183,18 @@ def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appra
                   bystanders=len(cause.get("bystanders") or []), overflow=cause.get("overflow"),
                   writes_every_output=cause.get("writes_every_output"),
                   downstream_elements=cause.get("downstream_failing_elements"),
-                  kept=kept)
+                  kept=kept, spent=checks_by_part(report))
     return result
+
+
+def checks_by_part(report: dict) -> dict[str, int]:
+    """Where a run's checks went: the whole model's and the final re-check's (2, or 1 where the whole model does not
+    fail), the proof's runs (the whole model with nodes computed exactly: the origin's end search and each
+    result's counterfactual, strategy `cause` in report.json) and the search's candidates (every other strategy)."""
+    by_strategy = {name: stats.get("checks", 0) for name, stats in (report.get("strategies") or {}).items()}
+    whole = by_strategy.pop("initial", 0) + by_strategy.pop("reverify", 0)
+    proof = by_strategy.pop("cause", 0)
+    return {"whole_and_recheck": whole, "proof": proof, "search": sum(by_strategy.values())}
 
 
 def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
@@ -290,6 +300,25 @@ def _ratio(ours: dict, pg: dict) -> float | None:
     return None if ours.get("status") == "not-failing" else ours["checks"] / pg["checks"]
 
 
+def spent_lines(rows: list[dict]) -> list[str]:
+    """Where our checks went (same command), for the rows over Polygraphy's count: what a proven result costs on top
+    of a search is the whole model's check, the re-check and the proof's runs, none of which Polygraphy makes."""
+    over = [r for r in rows if (_ratio(r["command"], r["polygraphy"]) or 0) > 1.0 and r["command"].get("spent")]
+    if not over:
+        return []
+    lines = ["", "Where our checks went (same command) in the rows over Polygraphy's count: the whole model and the "
+             "final re-check, the proof's runs (the whole model with nodes computed exactly: the end search for the "
+             "origin and each result's counterfactual) and the search's candidates, against Polygraphy's, every one "
+             "a candidate.", "",
+             "| model | ours | whole + re-check | proof runs | candidates | polygraphy |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in over:
+        spent, cmd = r["command"]["spent"], r["command"]
+        lines.append(f"| {r['name']} | {cmd['checks']} | {spent['whole_and_recheck']} | {spent['proof']} "
+                     f"| {spent['search']} | {r['polygraphy']['checks']} |")
+    return lines
+
+
 def render(rows: list[dict], missing: list[str] = ()) -> str:
     rows = list({row["name"]: row for row in rows}.values())  # a case run again: its last run
     import onnxruntime
@@ -330,6 +359,7 @@ def render(rows: list[dict], missing: list[str] = ()) -> str:
     if ratios:
         lines += ["", f"Checks, ours / Polygraphy's, same command: median {statistics.median(ratios):.2f}, "
                   f"largest {max(ratios):.2f} (targets: median <= 1.0, every model <= 1.5)."]
+    lines += spent_lines(rows)
     kept = [r for r in rows if r.get("keep_fp32")]
     if kept:
         lines += ["", "The same command taking `{keep_fp32}` (`--keep-fp32 {keep_fp32}`: it keeps the nodes named "

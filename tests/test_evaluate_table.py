@@ -51,3 +51,17 @@ def test_an_errored_polygraphy_run_is_no_comparison(evaluate):
     assert "error ([!] The following outputs were not found in the model" in lstm
     assert lstm.split(" | ")[6] == "-"  # the ratio column
     assert "median 0.50, largest 0.50" in table  # the errored row is in neither
+
+
+def test_where_the_checks_went(evaluate):
+    """report.json's per-strategy checks, parted as the table shows them; only rows over Polygraphy's count."""
+    report = {"strategies": {"initial": {"checks": 1}, "cause": {"checks": 8}, "origin": {"checks": 1},
+                             "prefix": {"checks": 0}, "reverify": {"checks": 1}}}
+    spent = evaluate.checks_by_part(report)
+    assert spent == {"whole_and_recheck": 2, "proof": 8, "search": 1}
+    assert sum(spent.values()) == 11
+    finished = {"nodes": 2, "checks": 7, "seconds": 3.0, "exit": 0}
+    ours = {"nodes": 4, "checks": 11, "seconds": 5.0, "status": "reduced", "spent": spent}
+    table = evaluate.render([row("over", finished, ours), row("under", finished, {**ours, "checks": 6})])
+    assert "| over | 11 | 2 | 8 | 1 | 7 |" in table
+    assert not any(line.startswith("| under | 6 |") for line in table.splitlines())
