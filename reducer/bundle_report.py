@@ -123,10 +123,15 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
             shown = (f"the values beyond fp16's range reach every output (through {overflow['exact_nodes']} "
                      "nodes): fp16 cannot compute them at all")
         else:
-            shown = (f"the whole model, with the {overflow['exact_nodes']} nodes that compute or read values beyond "
+            count = overflow["exact_nodes"]
+            nodes = "the node that computes or reads" if count == 1 else f"the {count} nodes that compute or read"
+            shown = (f"the whole model, with {nodes} values beyond "
                      f"fp16's range fed from the reference, stops failing ({overflow['failing_elements_after']} of "
                      f"the {overflow['failing_elements_before']} failing elements left)")
         lines.append(f"**An fp16 overflow, shown**: {shown}; this repro is its onset, fed only values fp16 holds.")
+        if cause.get("onset_finite"):
+            lines.append("The whole model's outputs hold NaN/Inf; this repro's are finite but fail the same check: "
+                         "the nodes below it turn its error into NaN/Inf.")
     elif cause.get("method") == "onset" and cause.get("assumed"):
         lines.append("**Taken for an fp16 overflow**: a command's precision is unknown, and the reference holds "
                      "values beyond fp16's range, so this repro is the onset, fed only values fp16 holds; its cause "

@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
+import onnx
 
 from oracles.base import Verdict
 from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, FP16_MAX
 from reducer.activations import ActivationStore
 from reducer.candidate import Candidate, Materialized, materialize
-from reducer.model import Model, subgraphs
+from reducer.model import SHAPE_READERS, Model, subgraphs
 
 # Failures whose cause is proven. A build error is its own proof; a NaN/Inf's repro is its onset, the first
 # nodes that turn in-range values into out-of-range ones (several onsets each fail alone, and no one of
@@ -210,6 +211,24 @@ def beyond(store: ActivationStore, name: str, bound: float) -> bool:
     return bool(record and np.dtype(record.dtype).kind == "f" and record.finite and record.max_abs > bound)
 
 
+def unwritten_beyond(model: Model, store: ActivationStore, bound: float) -> frozenset[str]:
+    """The weights and graph inputs that hold a finite float value the target's range cannot hold."""
+    found = {name for name in model.graph_inputs if beyond(store, name, bound)}
+    found.update(name for name, tensor in model.initializers.items()
+                 if tensor.data_type in FLOAT_WEIGHTS and weight_max_abs(model, name) > bound)
+    return frozenset(found)
+
+
+FLOAT_WEIGHTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)  # an fp16 weight holds only what fp16 holds
+
+
+def weight_max_abs(model: Model, name: str) -> float:
+    """A weight's largest finite magnitude (0 where it has none)."""
+    values = np.abs(model.initializer_array(name))
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else 0.0
+
+
 def through_range(model: Model, store: ActivationStore, nodes: frozenset[int], bound: float) -> frozenset[int]:
     """The nodes with every node that reads a value of theirs the target's range cannot hold, and so on:
     computed exactly, a node whose output is 1.9e5 still hands fp16 an Inf. The region where the values are
@@ -347,11 +366,18 @@ def range_notes(model: Model, store: ActivationStore, candidate: Candidate, boun
     is unknown, as a hint): which tensor, which node, how large."""
     limit = bound or FP16_MAX
     notes = []
+    hint = "" if bound else " (fp16's range, if the target is fp16)"
+    unwritten = unwritten_beyond(model, store, limit)
     for index in candidate.ordered():
         for name in model.node_writes[index]:
             record = store.records.get(name)
             if beyond(store, name, limit):
-                hint = "" if bound else " (fp16's range, if the target is fp16)"
                 notes.append(f"`{name}` from {model.node_label(index)} reaches |x| = {record.max_abs:.4g} in the "
                              f"reference, beyond {limit:g}{hint}")
+        for name in unwritten.intersection(() if model.nodes[index].op_type in SHAPE_READERS
+                                           else model.node_reads[index]):
+            largest = store.records[name].max_abs if name in model.graph_inputs else weight_max_abs(model, name)
+            what = "the input" if name in model.graph_inputs else "the weight"
+            notes.append(f"{what} `{name}` read by {model.node_label(index)} holds |x| = {largest:.4g}, beyond "
+                         f"{limit:g}{hint}")
     return notes[:10]

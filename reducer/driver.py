@@ -32,7 +32,7 @@ from reducer.candidate import (
     stays_constant,
 )
 from reducer.counterfactual import CounterfactualRun, Proof
-from reducer.model import Model, ModelBytes, subgraphs
+from reducer.model import SHAPE_READERS, Model, ModelBytes, subgraphs
 from strategies.base import Exact, OverflowRefuted, Probe, SearchContext, Settled
 
 MINIMAL = "minimal.onnx"
@@ -423,12 +423,25 @@ class Reduction:
 
     @cached_property
     def beyond_target(self) -> tuple[int, ...]:
-        """Nodes whose reference output holds a finite value the target's precision cannot hold."""
+        """Nodes where values leave the target's range: those whose reference output holds a finite value its
+        precision cannot hold, and those that read one from a weight or a graph input, which no node writes
+        (MEGnet's first BatchNormalization reads a variance of 2.29e6 from a weight: an fp16 target holds Inf, or
+        what its converter clamps it to)."""
         bound = self.range_bound
         if bound is None:
             return ()
+        unwritten = counterfactual.unwritten_beyond(self.model, self.store, bound)
+        reads_values = [not unwritten.isdisjoint(reads) and node.op_type not in SHAPE_READERS
+                        for node, reads in zip(self.model.nodes, self.model.node_reads, strict=True)]
         return tuple(index for index, writes in enumerate(self.model.node_writes)
-                     if any(counterfactual.beyond(self.store, name, bound) for name in writes))
+                     if reads_values[index] or any(counterfactual.beyond(self.store, name, bound) for name in writes))
+
+    @property
+    def range_hints(self) -> tuple[int, ...]:
+        """`beyond_target` as the strategies' hint where an error may begin; none where the values beyond the range
+        were shown to do no harm (fed the reference, the whole model fails as before: overflow_carries), as
+        spindle's attention mask, 0 times a weight of -1e9, is."""
+        return () if self.overflow_carries is False else self.beyond_target
 
     @cached_property
     def near_zero(self) -> tuple[int, ...]:
@@ -498,8 +511,24 @@ class Reduction:
         cut = body_cuts_weight(self.model, candidate.nodes, candidate.edits)
         return self.model.nodes_with_bodies(candidate.nodes) - cut
 
-    def interesting(self, verdict: Verdict | None) -> bool:
-        return bool(verdict and verdict.failing and verdict.signature.same_failure(self.original.signature))
+    def interesting(self, verdict: Verdict | None, candidate: Candidate | None = None) -> bool:
+        if not (verdict and verdict.failing):
+            return False
+        return verdict.signature.same_failure(self.original.signature) or (
+            candidate is not None and self._overflow_onset_failing(candidate, verdict))
+
+    def _overflow_onset_failing(self, candidate: Candidate, verdict: Verdict) -> bool:
+        """A NaN/Inf its check counted, where the values beyond the target's range were shown to carry it (fed
+        the reference, the whole model passes: overflow_carries): a candidate that holds the node where they first
+        leave the range and fails the same check with finite values is that failure's onset. MEGnet under
+        onnxruntime:cuda:fp16: the converter clamps a BatchNormalization's 2.29e6 variance to 1e4, its outputs come
+        out some fifteen times too large, and only the model's last nodes turn that into NaN."""
+        region = self.overflow_region
+        if not region or not self.original.signature.non_finite:
+            return False
+        first = next((n for n in self.beyond_target if n in region), min(region))
+        return first in candidate.nodes and replace(verdict.signature, non_finite=True).same_failure(
+            self.original.signature)
 
     # -- search ----------------------------------------------------------------------------------
     def start(self, judged: Verdict | None = None) -> Verdict:
@@ -749,7 +778,7 @@ class Reduction:
         started, nodes_before = time.perf_counter(), self.size(self.best)
         self._turn_spent, self._turn_limit = 0, budget
         context = SearchContext(self.model, self.best_verdict.signature.outputs, self.unfaithful_inputs,
-                                self.fed_shapes, self.jobs, self.beyond_target, self.checkable, self.proves_cause,
+                                self.fed_shapes, self.jobs, self.range_hints, self.checkable, self.proves_cause,
                                 self.overflow_region, self.checks_left, self.cause_method == "reference",
                                 self.named, small_cause(len(self.model)) if self.check_budget is not None else 0,
                                 self.near_zero)
@@ -845,7 +874,10 @@ class Reduction:
         if not self.limits.economy or self.limits.max_checks is not None:
             return None
         inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
-        return default_budget(len(self.model), self._numeric) + inside
+        # an overflow hint's test that showed the values beyond the range harmless told the search nothing of where
+        # to look: its check is not the search's (one shown to carry them settles the search in a few)
+        refuted = self.overflow_check is not None and self.overflow_carries is False
+        return default_budget(len(self.model), self._numeric) + inside + refuted
 
     @property
     def _numeric(self) -> bool:
@@ -889,7 +921,7 @@ class Reduction:
             self.progress.update(self.size(self.best), self.counters, strategy)
             for (index, candidate), verdict in zip(window, verdicts, strict=True):
                 self._spend(candidate.key(), verdict)
-                if self.interesting(verdict) and (not self.proves_cause or self.proof(candidate).holds):
+                if self.interesting(verdict, candidate) and (not self.proves_cause or self.proof(candidate).holds):
                     return index, verdict
                 if verdict is not None and not verdict.failing and self._presumes_monotone:
                     self.passed.append(candidate)

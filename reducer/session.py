@@ -342,7 +342,7 @@ def reduce_model(
         report["one_minimal"] = stopped_by is None and getattr(strategies[-1], "proves_one_minimal", False)
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
-        if reduction.interesting(final):
+        if reduction.interesting(final, reduction.best):
             # the default check budget is how the tool reduces, not a limit the user set
             report["status"] = "budget-exhausted" if stopped_by not in (None, *DEFAULT_STOPS) else "reduced"
             code = errors.EXIT_REDUCED
@@ -496,6 +496,9 @@ def cause_report(reduction: Reduction) -> dict | None:
                                                     reduction.oracle.max_abs_value)}
         if reduction.overflow_check is not None:
             data["overflow"] = _overflow_report(reduction)
+        best = reduction.best_verdict.signature if reduction.best_verdict else None
+        # the whole model's NaN/Inf, and an overflow's onset whose own outputs are finite (Reduction.interesting)
+        data["onset_finite"] = bool(signature.non_finite and best is not None and not best.non_finite)
         return data
     proof = reduction.proofs.get(reduction.best.nodes)
     if proof is None and reduction.best.nodes == reduction.model.original_nodes:

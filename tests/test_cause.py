@@ -28,8 +28,10 @@ def planted_model(path: Path, padding: int = 6) -> dict[str, str]:
     the order holding it shows its output, until the damping Mul near the end):
     - bystander: a 1x1 Conv with weights 1000.1 and -1000 (fp16 rounds 1000.1 to 1000: alone, its output
       0.1*x becomes 0, wrong in most elements), then scaled by 0.01, which damps that error below atol;
-    - cause: Conv, Relu, `padding` harmless Abs/Relu pairs, then a BatchNormalization with variance 1e6
-      (Inf in fp16: the output collapses to the bias, wrong everywhere), a Sigmoid, the Add of both.
+    - cause: Conv, Relu, `padding` harmless Abs/Relu pairs, then a BatchNormalization with variance 6e4, which
+      fp16 holds but onnxconverter-common clamps to 1e4 (its outputs some 2.5 times too far from the bias, wrong
+      everywhere), a Sigmoid, the Add of both. A weight beyond fp16's range would be taken for an overflow through
+      a command (its reader is where values leave the range), whose proof is the overflow's own test.
     Returns the names of the bystander Conv and of the cause."""
     nodes = [
         helper.make_node("Conv", ["x", "w_bystander"], ["b0"], name="bystander_conv"),
@@ -51,7 +53,7 @@ def planted_model(path: Path, padding: int = 6) -> dict[str, str]:
         _const("w_bystander", np.array([1000.1, -1000.0]).reshape(1, 2, 1, 1)),
         _const("damp", [0.01]),
         _const("w_main", np.full((1, 2, 1, 1), 1.5)),
-        _const("scale", [1000.0]), _const("bias", [-2.0]), _const("mean", [0.0]), _const("var", [1e6]),
+        _const("scale", [1000.0]), _const("bias", [-2.0]), _const("mean", [0.0]), _const("var", [6e4]),
     ]
     graph = helper.make_graph(nodes, "planted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])], initializers)
@@ -198,7 +200,7 @@ def test_what_a_proven_repro_leaves_failing_is_said_output_by_output(tmp_path):
         helper.make_node("Mul", ["top", "w_exact"], ["b"], name="scaled_exact"),
         helper.make_node("Sub", ["a", "b"], ["y2"], name="difference"),  # 0.1 * top, and 0 in fp16
     ]
-    initializers = [_const("scale", [1000.0]), _const("bias", [-2.0]), _const("mean", [0.0]), _const("var", [1e6]),
+    initializers = [_const("scale", [1000.0]), _const("bias", [-2.0]), _const("mean", [0.0]), _const("var", [6e4]),
                     _const("w_round", [1000.1]), _const("w_exact", [1000.0])]
     graph = helper.make_graph(nodes, "two_outputs",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
@@ -1040,7 +1042,7 @@ def test_fp16_a_weight_read_by_exact_and_converted_nodes(tmp_path):
 
 
 def two_causes_model(path: Path) -> None:
-    """x -> first_bn -> second_bn -> Sigmoid: both BatchNormalizations read a variance of 1e6, which the fp16
+    """x -> first_bn -> second_bn -> Sigmoid: both BatchNormalizations read a variance of 6e4, which the fp16
     converter clamps to 1e4, and each alone makes the output wrong. Fed the reference at its output, the second
     carries the failure (the first's error is fed away with it); kept in fp32, it still reads the first's error."""
     nodes = [
@@ -1049,7 +1051,7 @@ def two_causes_model(path: Path) -> None:
         helper.make_node("Sigmoid", ["b"], ["y"], name="squash"),
     ]
     initializers = [_const("scale", [1000.0]), _const("bias_a", [-2.0]), _const("bias_b", [0.5]),
-                    _const("mean", [0.0]), _const("var", [1e6])]
+                    _const("mean", [0.0]), _const("var", [6e4])]
     shape = [1, 1, 4, 4]
     graph = helper.make_graph(nodes, "two_causes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
@@ -1324,3 +1326,50 @@ def test_an_error_spends_no_proof_checks_by_default(tmp_path):
     assert report["nodes_after"] < 50  # Polygraphy's bisection, the same check: 50 nodes in 15 checks
     assert report["checks"] <= default_budget(report["nodes_before"], numeric=False) < default_budget(
         report["nodes_before"])
+
+
+def clamped_weight_model(path: Path, chain: int = 24) -> None:
+    """As MEGnet under onnxruntime:cuda:fp16: a BatchNormalization whose variance, 2.29e6 in a weight, fp16 cannot
+    hold (onnxconverter-common clamps it to 1e4, so its outputs come out 15 times too large, finite), then `chain`
+    nodes that keep them finite (Muls by 0.5 and 2), then sqrt(2 - y^2): NaN only there, where y is 15 times too
+    large. No node writes a value beyond fp16's range in the reference: the weight holds it."""
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "variance"], ["bn"],
+                              name="clamped_bn")]
+    last = "bn"
+    for i in range(chain):
+        nodes.append(helper.make_node("Mul", [last, "half" if i % 2 == 0 else "two"], [f"c{i}"], name=f"chain_{i}"))
+        last = f"c{i}"
+    nodes += [helper.make_node("Mul", [last, last], ["square"], name="square"),
+              helper.make_node("Sub", ["two", "square"], ["rest"], name="rest"),
+              helper.make_node("Sqrt", ["rest"], ["y"], name="root")]
+    initializers = [_const("scale", [1500.0] * 4), _const("bias", [0.0] * 4), _const("mean", [0.0] * 4),
+                    _const("variance", [2.29e6] * 4), _const("half", [0.5]), _const("two", [2.0])]
+    shape = [1, 4, 8, 8]
+    graph = helper.make_graph(nodes, "clamped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, size=shape).astype(np.float32))
+
+
+def test_a_nan_from_a_weight_fp16_cannot_hold_is_reduced_to_the_node_that_reads_it(tmp_path):
+    """MEGnet's regression on the GPU: the command's outputs hold NaN, so its repro is the onset, but no node
+    writes a value beyond fp16's range; a weight holds it. Its reader counts as where values leave the range: the
+    hint's test (fed the reference there, the whole model passes) shows it carries the NaN, and that node alone
+    fails the same check with finite values, the NaN's onset. Before, the onset search kept the chain from it to
+    the NaN (28 nodes)."""
+    path = tmp_path / "clamped.onnx"
+    clamped_weight_model(path)
+    report = reduce(tmp_path, path, *check_command(*FP16))
+    assert report["status"] == "reduced" and report["final"]["failing"]
+    assert kept_names(tmp_path) == ["clamped_bn"]
+    cause = report["cause"]
+    assert cause["method"] == "onset" and cause["overflow"]["carries"], cause
+    assert cause["overflow"]["failing_elements_after"] == 0 < cause["overflow"]["failing_elements_before"]
+    assert any("`variance`" in note and "2.29e+06" in note for note in cause["range"]), cause["range"]
+    assert cause["onset_finite"] and not report["signature"].get("non_finite")
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text().split("**Reproduce**")[0]
+    assert "An fp16 overflow, shown" in md and "this repro's are finite" in md
+    # the whole model, the hint's test, the onset alone, the final re-check
+    assert report["checks"] <= 4, report["checks"]
