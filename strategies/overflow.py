@@ -1,7 +1,8 @@
 """The onset of an overflow the driver has shown to carry the failure: a command whose reference leaves
 fp16's range, and whose whole model stops failing with those values fed from the reference (one check:
 Reduction.overflow_carries). The nodes that compute or read them are where the failure is. The first that
-computes one is tried alone, grown upwards until what feeds it is faithful (the onset), then with the nodes
+computes one (or reads one from a weight: MEGnet's BatchNormalization and its 2.29e6 variance) is tried alone,
+grown upwards until what feeds it is faithful (the onset), then with the nodes
 that read it (a value overflows where it is stored at the target's precision: a converted model's outputs
 stay fp32, so the onset alone may compute 3e5 and hand it out whole), then the whole out-of-range region,
 grown alike. Bisection of where *some* failure shows would stop at whatever fails alone first, by rounding
