@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
-import onnx
 
 from oracles.base import Verdict
 from oracles.onnxruntime_runner import EXACT_OUTPUTS_KEY, FP16_MAX
@@ -214,19 +213,8 @@ def beyond(store: ActivationStore, name: str, bound: float) -> bool:
 def unwritten_beyond(model: Model, store: ActivationStore, bound: float) -> frozenset[str]:
     """The weights and graph inputs that hold a finite float value the target's range cannot hold."""
     found = {name for name in model.graph_inputs if beyond(store, name, bound)}
-    found.update(name for name, tensor in model.initializers.items()
-                 if tensor.data_type in FLOAT_WEIGHTS and weight_max_abs(model, name) > bound)
+    found.update(name for name, largest in model.float_weight_max_abs.items() if largest > bound)
     return frozenset(found)
-
-
-FLOAT_WEIGHTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)  # an fp16 weight holds only what fp16 holds
-
-
-def weight_max_abs(model: Model, name: str) -> float:
-    """A weight's largest finite magnitude (0 where it has none)."""
-    values = np.abs(model.initializer_array(name))
-    finite = values[np.isfinite(values)]
-    return float(finite.max()) if finite.size else 0.0
 
 
 def through_range(model: Model, store: ActivationStore, nodes: frozenset[int], bound: float) -> frozenset[int]:
@@ -376,7 +364,7 @@ def range_notes(model: Model, store: ActivationStore, candidate: Candidate, boun
                              f"reference, beyond {limit:g}{hint}")
         for name in unwritten.intersection(() if model.nodes[index].op_type in SHAPE_READERS
                                            else model.node_reads[index]):
-            largest = store.records[name].max_abs if name in model.graph_inputs else weight_max_abs(model, name)
+            largest = store.records[name].max_abs if name in model.graph_inputs else model.float_weight_max_abs[name]
             what = "the input" if name in model.graph_inputs else "the weight"
             notes.append(f"{what} `{name}` read by {model.node_label(index)} holds |x| = {largest:.4g}, beyond "
                          f"{limit:g}{hint}")

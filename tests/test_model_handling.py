@@ -584,3 +584,35 @@ def test_a_message_naming_no_node_points_at_the_one_tensor_it_names(tmp_path):
     assert model.named_in("a mismatch between padded and audio") == ()  # two tensors
     assert model.named_in("r is read everywhere: r_cast") == ()  # six readers; and "r" is too short a stem
     assert model.named_in("nothing here_cast_to_") == ()
+
+
+def test_each_float_weights_largest_finite_magnitude_is_read_a_slice_at_a_time_wherever_it_lives(tmp_path,
+                                                                                               monkeypatch):
+    """A weight beyond fp16's range makes its reader where values leave it (Reduction.beyond_target): its largest
+    finite magnitude is read in slices, from the proto (raw bytes or float_data) or from its external file,
+    never whole; NaN and Inf are no magnitude; an fp16 weight holds only what fp16 holds and is not read."""
+    import reducer.model as model_module
+    from reducer.model import load_model
+
+    monkeypatch.setattr(model_module, "MAX_ABS_SLICE", 3)
+    raw = numpy_helper.from_array(np.array([1.0, -2.29e6, np.inf, 5.0, np.nan, 7.0, -8.0], np.float32), "raw")
+    listed = helper.make_tensor("listed", TensorProto.FLOAT, [4], [0.5, -3.0, 2.0, 1.0])  # float_data
+    big = numpy_helper.from_array(np.linspace(-7e4, 9e4, 4097, dtype=np.float32), "big")  # stored apart
+    half = numpy_helper.from_array(np.array([6e4], np.float16), "half")
+    nodes = [helper.make_node("ReduceMax", ["raw"], ["a"], keepdims=1), helper.make_node("ReduceMax", ["listed"], ["b"],
+             keepdims=1), helper.make_node("Add", ["x", "a"], ["ab"]), helper.make_node("Add", ["ab", "b"], ["abc"]),
+             helper.make_node("Mul", ["abc", "big"], ["c"]), helper.make_node("Cast", ["half"], ["h"], to=1),
+             helper.make_node("Add", ["c", "h"], ["y"])]
+    shape = [1]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4097])],
+                              [raw, listed, big, half])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    external_data_helper.convert_model_to_external_data(model, all_tensors_to_one_file=True, location="w.bin",
+                                                        size_threshold=1024)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    loaded = load_model(tmp_path / "m.onnx")
+    assert external_data_helper.uses_external_data(loaded.initializers["big"])
+    found = loaded.float_weight_max_abs
+    assert set(found) == {"raw", "listed", "big"}
+    assert found["raw"] == pytest.approx(2.29e6) and found["listed"] == 3.0 and found["big"] == pytest.approx(9e4)
