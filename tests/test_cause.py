@@ -1052,13 +1052,17 @@ def two_causes_model(path: Path) -> None:
     ]
     initializers = [_const("scale", [1000.0]), _const("bias_a", [-2.0]), _const("bias_b", [0.5]),
                     _const("mean", [0.0]), _const("var", [6e4])]
-    shape = [1, 1, 4, 4]
-    graph = helper.make_graph(nodes, "two_causes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+    save_x_to_y(path, nodes, "two_causes", [1, 1, 4, 4], initializers)
+
+
+def save_x_to_y(path: Path, nodes: list, name: str, shape: list[int], initializers: list) -> None:
+    """A graph from input x to output y, both of `shape`, checked and saved, with x in 0.3..1 beside it."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, str(path))
-    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, (1, 1, 4, 4)).astype(np.float32))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, size=shape).astype(np.float32))
 
 
 IGNORES_KEEP_FP32 = """import subprocess, sys
@@ -1344,13 +1348,7 @@ def clamped_weight_model(path: Path, chain: int = 24) -> None:
               helper.make_node("Sqrt", ["rest"], ["y"], name="root")]
     initializers = [_const("scale", [1500.0] * 4), _const("bias", [0.0] * 4), _const("mean", [0.0] * 4),
                     _const("variance", [2.29e6] * 4), _const("half", [0.5]), _const("two", [2.0])]
-    shape = [1, 4, 8, 8]
-    graph = helper.make_graph(nodes, "clamped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cause")
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
-    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(5).uniform(0.3, 1.0, size=shape).astype(np.float32))
+    save_x_to_y(path, nodes, "clamped", [1, 4, 8, 8], initializers)
 
 
 def test_a_nan_from_a_weight_fp16_cannot_hold_is_reduced_to_the_node_that_reads_it(tmp_path):
