@@ -727,8 +727,13 @@ class Model:
             count = int(np.prod(tensor.dims, dtype=np.int64))
             if external_data_helper.uses_external_data(tensor):
                 info = external_data_helper.ExternalDataInfo(tensor)  # where _check_external_data allowed it
-                values = np.memmap(self.base_dir / info.location, dtype=dtype, mode="r", offset=info.offset or 0,
-                                   shape=(count,)) if count else np.empty(0, dtype)
+                path, offset = self.base_dir / info.location, info.offset or 0
+                held = max(0, path.stat().st_size - offset) // np.dtype(dtype).itemsize
+                if held < count:
+                    raise BadModelError(f"weight '{name}': its external data file '{info.location}' holds {held} of "
+                                        f"its {count} values")
+                values = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,)) if count else \
+                    np.empty(0, dtype)
             elif tensor.raw_data:
                 values = np.frombuffer(tensor.raw_data, dtype=dtype, count=count)
             else:

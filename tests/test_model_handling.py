@@ -616,3 +616,30 @@ def test_each_float_weights_largest_finite_magnitude_is_read_a_slice_at_a_time_w
     found = loaded.float_weight_max_abs
     assert set(found) == {"raw", "listed", "big"}
     assert found["raw"] == pytest.approx(2.29e6) and found["listed"] == 3.0 and found["big"] == pytest.approx(9e4)
+
+
+def test_a_weight_whose_external_file_is_too_short_for_its_shape_is_refused_in_one_line(tmp_path):
+    """The external data's own length may be left out: a file shorter than the weight's shape says is bad input,
+    refused with a BadModelError (one line, exit 2), not read past its end."""
+    from reducer.errors import BadModelError
+    from reducer.model import load_model
+
+    weight = numpy_helper.from_array(np.ones(4096, np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    external_data_helper.convert_model_to_external_data(model, location="w.bin", size_threshold=0)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    loaded = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    entries = loaded.graph.initializer[0].external_data
+    kept = [(e.key, e.value) for e in entries if e.key != "length"]
+    del entries[:]
+    for key, value in kept:
+        entries.add(key=key, value=value)
+    onnx.save(loaded, str(tmp_path / "m.onnx"))
+    with open(tmp_path / "w.bin", "r+b") as data:
+        data.truncate(1000)
+    model = load_model(tmp_path / "m.onnx")
+    with pytest.raises(BadModelError, match="holds 250 of its 4096 values"):
+        assert model.float_weight_max_abs is None
