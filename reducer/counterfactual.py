@@ -217,6 +217,11 @@ def unwritten_beyond(model: Model, store: ActivationStore, bound: float) -> froz
     return frozenset(found)
 
 
+def values_read(model: Model, index: int) -> tuple[str, ...]:
+    """The tensors whose values a node reads: none for a Shape or a Size, which read only shapes."""
+    return () if model.nodes[index].op_type in SHAPE_READERS else model.node_reads[index]
+
+
 def through_range(model: Model, store: ActivationStore, nodes: frozenset[int], bound: float) -> frozenset[int]:
     """The nodes with every node that reads a value of theirs the target's range cannot hold, and so on:
     computed exactly, a node whose output is 1.9e5 still hands fp16 an Inf. The region where the values are
@@ -362,8 +367,7 @@ def range_notes(model: Model, store: ActivationStore, candidate: Candidate, boun
             if beyond(store, name, limit):
                 notes.append(f"`{name}` from {model.node_label(index)} reaches |x| = {record.max_abs:.4g} in the "
                              f"reference, beyond {limit:g}{hint}")
-        for name in unwritten.intersection(() if model.nodes[index].op_type in SHAPE_READERS
-                                           else model.node_reads[index]):
+        for name in unwritten.intersection(values_read(model, index)):
             largest = store.records[name].max_abs if name in model.graph_inputs else model.float_weight_max_abs[name]
             what = "the input" if name in model.graph_inputs else "the weight"
             notes.append(f"{what} `{name}` read by {model.node_label(index)} holds |x| = {largest:.4g}, beyond "

@@ -32,7 +32,7 @@ from reducer.candidate import (
     stays_constant,
 )
 from reducer.counterfactual import CounterfactualRun, Proof
-from reducer.model import SHAPE_READERS, Model, ModelBytes, subgraphs
+from reducer.model import Model, ModelBytes, subgraphs
 from strategies.base import Exact, OverflowRefuted, Probe, SearchContext, Settled
 
 MINIMAL = "minimal.onnx"
@@ -431,10 +431,9 @@ class Reduction:
         if bound is None:
             return ()
         unwritten = counterfactual.unwritten_beyond(self.model, self.store, bound)
-        reads_values = [not unwritten.isdisjoint(reads) and node.op_type not in SHAPE_READERS
-                        for node, reads in zip(self.model.nodes, self.model.node_reads, strict=True)]
         return tuple(index for index, writes in enumerate(self.model.node_writes)
-                     if reads_values[index] or any(counterfactual.beyond(self.store, name, bound) for name in writes))
+                     if not unwritten.isdisjoint(counterfactual.values_read(self.model, index))
+                     or any(counterfactual.beyond(self.store, name, bound) for name in writes))
 
     @property
     def range_hints(self) -> tuple[int, ...]:
