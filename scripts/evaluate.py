@@ -135,6 +135,7 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
     if (cwd / "reduced.onnx").exists():
         reduced = onnx.load(str(cwd / "reduced.onnx"), load_external_data=False)
         result["nodes"] = len(reduced.graph.node)
+        result["kept"] = [node.name for node in reduced.graph.node]  # to set beside ours where the sizes differ
         original = {i.name for i in onnx.load(entry["model"], load_external_data=False).graph.input}
         with np.load(tensors) as captured:  # what its cut inputs are fed: beyond fp16's range is no onset
             fed = [float(np.abs(captured[i.name]).max()) for i in reduced.graph.input
