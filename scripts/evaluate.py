@@ -198,6 +198,12 @@ def checks_by_part(report: dict) -> dict[str, int]:
     return {"whole_and_recheck": whole, "proof": proof, "search": sum(by_strategy.values())}
 
 
+def said(entry: dict, column: str, run: dict) -> None:
+    """One line on stderr as each tool's run ends: where a row stops (a run cut off by the machine's time), which
+    column held it is in the log."""
+    print(f"{entry['name']} {column}: {cell(run)}", file=sys.stderr, flush=True)
+
+
 def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"eval-{entry['name']}-"))
     try:
@@ -205,14 +211,17 @@ def evaluate(entry: dict, timeout: float, builtin: bool) -> dict:
         command = [sys.executable, str(CHECK_SCRIPT), "polygraphy_debug.onnx", str(tensors), *oracle_flags(entry)]
         row = {"name": entry["name"], "nodes_before": entry["node_count"], "runner": entry["runner"],
                "fail_on": entry["fail_on"], "package": entry["fetch"]["package"]}
-        row["polygraphy"] = run_polygraphy(entry, command, given, tensors, work, timeout)
-        row["command"] = run_reducer(entry, [*check_flags(entry), "--check", *command], work, timeout,
-                                     appraise=True)
+        runs = {"polygraphy": lambda: run_polygraphy(entry, command, given, tensors, work, timeout),
+                "command": lambda: run_reducer(entry, [*check_flags(entry), "--check", *command], work, timeout,
+                                               appraise=True)}
         if builtin:
-            row["builtin"] = run_reducer(entry, oracle_flags(entry), work, timeout)
+            runs["builtin"] = lambda: run_reducer(entry, oracle_flags(entry), work, timeout)
         if entry["fail_on"] == "tolerance" and make_runner(entry["runner"]).computes_exactly:
-            row["keep_fp32"] = run_reducer(entry, [*check_flags(entry), "--check", *command, "--keep-fp32",
-                                                   "{keep_fp32}"], work, timeout)
+            runs["keep_fp32"] = lambda: run_reducer(entry, [*check_flags(entry), "--check", *command, "--keep-fp32",
+                                                            "{keep_fp32}"], work, timeout)
+        for column, run in runs.items():
+            row[column] = run()
+            said(entry, column, row[column])
         return row
     finally:
         shutil.rmtree(work, ignore_errors=True)
