@@ -84,6 +84,10 @@ class FailureOrigin:
             # carrying it alone, its error may still lie within the tolerance until a node computes with it (a Conv
             # summing its rounded outputs): the origin with what first computes from it, tried next (none: no option)
             options.append(with_first_computing_readers(origin, context, current))
+            # or with what it first computes from: fed exact inputs, its own rounding may stay within the tolerance
+            # at its outputs, where the rounding of the nodes that feed it, added, does not (open_nsfw on a CPU
+            # without AVX-512: the Conv after branch2a carries the failure alone, and fails alone with branch2a)
+            options.append(with_first_computing_producers(origin, context, current))
         producers = with_producers(origin, context, current)
         if alone_still_failing and len(producers) < len(current):
             # the same question of the origin with its producers (often answered already: what they compute is
@@ -91,8 +95,8 @@ class FailureOrigin:
             if (yield Exact(producers)) is None:
                 return
             options.append(producers)
-        # where the origin alone carries it, its producers are not tried: with all above it exact the whole model
-        # still fails, so what the origin needs to fail alone lies below it (the front cut, further on)
+        # where the origin alone carries it, all its producers are not asked: what it needs to fail alone lies
+        # below it, or in the nodes that first feed it (above), or in the front cut, further on
         batch = self._batch(current, options)
         if batch and (yield batch) is not None:
             return
@@ -170,16 +174,27 @@ def with_first_computing_readers(node: int, context: SearchContext, current: Can
     """A node with the kept nodes that read its values down to the first that compute from them (moves and
     selections between hand them on as they are), grown until faithful; empty where nothing below it computes, or
     where that takes more than FIRST_READERS nodes (a fan-out: no small amplifier)."""
+    return _through_moves(node, context, current, upwards=False)
+
+
+def with_first_computing_producers(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:
+    """The same upwards: a node with the kept nodes that feed it, up to the first that compute; empty where nothing
+    above it computes within the candidate (Constants do not count), or where that takes more than FIRST_READERS."""
+    return _through_moves(node, context, current, upwards=True)
+
+
+def _through_moves(node: int, context: SearchContext, current: Candidate, upwards: bool) -> frozenset[int]:
     graph = context.model.dag.subgraph(current.nodes)
+    neighbours = graph.predecessors if upwards else graph.successors
     kept, frontier, computing = {node}, [node], False
     while frontier:
-        for reader in graph.successors(frontier.pop()):
-            if reader not in kept:
-                kept.add(reader)
-                if computes(context.model, reader):
+        for other in neighbours(frontier.pop()):
+            if other not in kept and other not in context.model.input_independent:
+                kept.add(other)
+                if computes(context.model, other):
                     computing = True
                 else:
-                    frontier.append(reader)
+                    frontier.append(other)
         if len(kept) > FIRST_READERS:
             return frozenset()
     return grown(frozenset(kept), context, current) if computing else frozenset()

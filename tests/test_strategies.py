@@ -547,11 +547,11 @@ def test_selections_computed_from_rounded_inputs_give_the_rounded_exact_value():
                               _one_op_output("Mul", np.float16, x, y))
 
 
-def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(tmp_path):
-    """As openWakeWord's embedding: the origin's error, with all above it exact, still fails the whole model, so
-    what it needs to fail alone lies below it. After the origin alone, the origin with the node that first computes
-    from it (open_nsfw's next Conv), then the prefix and the front cut (the origin and all below it), not the origin
-    with its producers, a check that cannot help."""
+def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_asked(tmp_path):
+    """As openWakeWord's embedding: the origin's error, with all above it exact, still fails the whole model, so no
+    run asks whether the origin with its producers carries it. Candidates: the origin alone, the origin with the node
+    that first computes from it (open_nsfw's next Conv), with the node it first computes from (its rounding added:
+    open_nsfw on a CPU without AVX-512), then the prefix and the front cut (the origin and all below it)."""
     from strategies.base import Exact
     from strategies.origin import FailureOrigin
 
@@ -559,10 +559,10 @@ def test_where_the_origin_alone_carries_the_failure_its_producers_are_not_tried(
     proposals = FailureOrigin().search(Candidate(model.original_nodes), SearchContext(model, (), proves_cause=True))
     asked = next(proposals)
     while isinstance(asked, Exact):
+        assert 40 not in asked.nodes or asked.nodes == {40} or 0 in asked.nodes, asked.nodes  # end probes, origin
         asked = proposals.send(40 not in asked.nodes)  # carried once node 40 is exact: the origin alone carries it
-    # the origin alone, then with its reader, not with node 39
-    assert [candidate.nodes for candidate in asked] == [frozenset({40}), frozenset({40, 41})]
-    asked = proposals.send(None)  # both pass alone: its error grows further below (the origin again: cached)
+    assert [candidate.nodes for candidate in asked] == [frozenset({40}), frozenset({40, 41}), frozenset({39, 40})]
+    asked = proposals.send(None)  # all pass alone: its error grows further below (the origin again: cached)
     # the front cut, then the prefix: the smaller first (both proven by the search's own runs)
     assert [c.nodes for c in asked if c.nodes != {40}] == [frozenset(range(40, 64)), frozenset(range(41))]
     proposals.close()
@@ -634,19 +634,25 @@ def test_an_overflow_onset_that_fails_only_where_its_value_is_read_is_found_with
     assert final.nodes == {onset, *readers} and calls == 2
 
 
-def test_an_origins_first_computing_readers_pass_through_moves_and_stop_where_a_node_computes(tmp_path):
+def test_an_origins_first_computing_neighbours_pass_through_moves_and_stop_where_a_node_computes(tmp_path):
     """What the origin search tries where the origin alone carries the failure but passes alone: the origin with the
-    nodes that read it down to the first that compute (Relu, Neg and Abs hand values on; Add computes)."""
-    from strategies.origin import FIRST_READERS, with_first_computing_readers
+    nodes that read it down to the first that compute (Relu, Neg and Abs hand values on; Add computes), and with
+    those that feed it up to the first that compute (open_nsfw on a CPU without AVX-512: the Conv after branch2a
+    fails alone only with branch2a's rounding added)."""
+    from strategies.origin import FIRST_READERS, with_first_computing_producers, with_first_computing_readers
 
     model = diamond_chain_model(tmp_path, blocks=3)
     context = SearchContext(model, ())
     whole = Candidate(frozenset(range(len(model))))
     names = {node.name: index for index, node in enumerate(model.nodes)}
-    found = with_first_computing_readers(names["d0"], context, whole)
-    assert {model.nodes[i].name for i in found} == {"d0", "a1", "b1", "c1", "d1"}
-    # nothing below the last node computes: none (the origin alone is the candidate before it)
+    block = {"d0", "a1", "b1", "c1", "d1"}
+    assert {model.nodes[i].name for i in with_first_computing_readers(names["d0"], context, whole)} == block
+    assert {model.nodes[i].name for i in with_first_computing_producers(names["d1"], context, whole)} == block
+    # nothing below the last node computes, nor above the first block (its Relu reads the graph's input): none
     assert with_first_computing_readers(names["d2"], context, whole) == frozenset()
-    # within the candidate only: without d1, no node below d0 computes
-    assert with_first_computing_readers(names["d0"], context, whole.keeping(whole.nodes - {names["d1"]})) == frozenset()
+    assert with_first_computing_producers(names["d0"], context, whole) == frozenset()
+    # within the candidate only: without d1 nothing below d0 computes, without d0 nothing above d1
+    without_d1, without_d0 = (whole.keeping(whole.nodes - {names[name]}) for name in ("d1", "d0"))
+    assert with_first_computing_readers(names["d0"], context, without_d1) == frozenset()
+    assert with_first_computing_producers(names["d1"], context, without_d0) == frozenset()
     assert FIRST_READERS >= 5
