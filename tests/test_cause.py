@@ -339,6 +339,22 @@ def test_an_origin_whose_error_shows_one_conv_below_is_reduced_to_the_two(tmp_pa
     assert report["checks"] <= 12, report["checks"]
 
 
+def test_a_nan_an_integer_output_hides_is_reduced_to_the_constant_fp16_cannot_hold(tmp_path):
+    """The second held-out set's unidic-lite-imitator tagger (fetched from its wheel on first use) in fp16 storage,
+    through a check command at 1e-2: its attention mask multiplies by -3.4e38, which fp16 makes -Inf, and 0 x -Inf
+    is NaN; the ArgMax's int64 output hides the NaN, so the failure is tags changed, a tolerance failure. The values
+    beyond fp16's range, fed the reference, carry it: the repro is the one Constant that holds -3.4e38 (Polygraphy:
+    10 nodes in 10 checks, which leave all 23 failing tags)."""
+    report, kinds = reduce_a_set_model(tmp_path, "models/unidic_lite_imitator.onnx", "heldout2.json",
+                                       "eval_unidic_sentence.npz", "--runner", "onnxruntime:cpu:fp16-storage",
+                                       "--fail-on", "tolerance", "--atol", "1e-2", "--rtol", "1e-2")
+    assert kinds == ["Constant"], kinds
+    cause = report["cause"]
+    assert cause["method"] == "onset" and cause["overflow"]["carries"], cause
+    assert cause["overflow"]["failing_elements_after"] == 0, cause
+    assert report["checks"] <= 5, report["checks"]
+
+
 def test_an_overflow_from_an_integer_accumulator_is_reduced_to_the_cast_that_leaves_fp16s_range(tmp_path):
     """The third held-out set's open-voicefilter-lite mask model (int8, dynamically quantized; fetched from its wheel
     on first use) in fp16 storage: a MatMulInteger's int32 accumulator reaches 3.9e5, which is held whole, and the
