@@ -65,3 +65,23 @@ def test_where_the_checks_went(evaluate):
     table = evaluate.render([row("over", finished, ours), row("under", finished, {**ours, "checks": 6})])
     assert "| over | 11 | 2 | 8 | 1 | 7 |" in table
     assert not any(line.startswith("| under | 6 |") for line in table.splitlines())
+
+
+def test_a_timed_out_tool_is_ended_with_what_it_started_and_its_output_kept(evaluate, tmp_path):
+    """Past the timeout the tool's process group is ended (SIGTERM, then SIGKILL): a child it started that still
+    holds its output does not keep the row waiting, and what it printed before is in the cell's output."""
+    import sys
+    import time
+
+    marker = tmp_path / "child-alive"
+    child = f"import pathlib, time\ntime.sleep(3)\npathlib.Path({str(marker)!r}).touch()\n"
+    tool = tmp_path / "tool.py"
+    tool.write_text(f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
+                    "print('started', flush=True)\ntime.sleep(60)\n")
+    start = time.perf_counter()
+    seconds, output, code = evaluate.timed([sys.executable, str(tool)], tmp_path, 1.0)
+    assert code == -1 and output.startswith("timed out after 1 s") and "started" in output
+    assert time.perf_counter() - start < 10
+    time.sleep(4)
+    assert not marker.exists()  # the child went with the tool
+    assert evaluate.timed([sys.executable, "-c", "print('done')"], tmp_path, 10.0)[1:] == ("done\n", 0)
