@@ -165,7 +165,7 @@ class ReductionWatch:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _end_group(process)
+                end_group(process)
 
 
 def run_model(job: ModelJob, watch: ReductionWatch, stop_requested: Callable[[], bool] | None = None) -> dict | None:
@@ -199,7 +199,7 @@ def run_model(job: ModelJob, watch: ReductionWatch, stop_requested: Callable[[],
             code = _wait(process, job.timeout, stop_requested)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _end_group(process)
+            end_group(process)
             code = process.returncode
         except StopRequested:  # the reduction gets SIGTERM and writes its report, as with a local Ctrl-C
             watch.stop_all()
@@ -433,11 +433,12 @@ def _signal_group(process: subprocess.Popen, number: int) -> None:
         pass
 
 
-def _end_group(process: subprocess.Popen) -> None:
-    """A model that hangs or outlived its grace: its whole process group (reduction, workers, checks) killed."""
+def end_group(process: subprocess.Popen, grace: float = 2.0) -> None:
+    """A model that hangs or outlived its grace: its whole process group (reduction, workers, checks) gets SIGTERM,
+    and SIGKILL after `grace` seconds."""
     _signal_group(process, signal.SIGTERM)
     try:
-        process.wait(timeout=2)
+        process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         pass
     _signal_group(process, signal.SIGKILL)

