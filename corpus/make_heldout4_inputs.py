@@ -1,0 +1,48 @@
+"""Inputs of the fourth held-out set (corpus/heldout4.json), made before any reduction ran on its models: numpy
+only, deterministic, no wheel needed. Each builder (corpus/heldout4_inputs/) says which package's preprocessing it
+follows. `python corpus/make_heldout4_inputs.py` writes corpus/inputs/<name>.npz; `--check` compares instead (exit 1
+on a difference)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from heldout4_inputs import audio, text  # noqa: E402
+
+
+def builders() -> dict:
+    wanted = {Path(case["inputs"]).stem for case in json.loads((HERE / "heldout4.json").read_text())}
+    made = {**audio.BUILDERS, **text.BUILDERS}
+    return {name: made[name] for name in sorted(wanted)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="compare with the files instead of writing them")
+    args = parser.parse_args()
+    differ = 0
+    for name, build in builders().items():
+        arrays = build()
+        path = HERE / "inputs" / f"{name}.npz"
+        if args.check:
+            with np.load(path) as saved:
+                same = set(saved.files) == set(arrays) and all(
+                    saved[k].dtype == arrays[k].dtype and np.array_equal(saved[k], arrays[k]) for k in arrays)
+            print(("same    " if same else "DIFFERS ") + path.name)
+            differ += not same
+        else:
+            np.savez_compressed(path, **arrays)
+            print(path.name, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()})
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
