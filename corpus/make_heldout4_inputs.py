@@ -15,12 +15,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from heldout4_inputs import audio, text  # noqa: E402
+from heldout4_inputs import audio, text, vision  # noqa: E402
 
 
 def builders() -> dict:
     wanted = {Path(case["inputs"]).stem for case in json.loads((HERE / "heldout4.json").read_text())}
-    made = {**audio.BUILDERS, **text.BUILDERS}
+    made = {**audio.BUILDERS, **vision.BUILDERS, **text.BUILDERS}
     return {name: made[name] for name in sorted(wanted)}
 
 
