@@ -5,7 +5,8 @@ still kept is cut to one iteration. For the inputs fed, an If (a Loop) and its i
 values, so all of them at once is tried first: one check where the failure does not lie in how the control
 flow itself is run. Then one at a time, the biggest first: one whose inlining keeps the failure makes
 everything after it cheaper. A Loop that one iteration does not keep failing is cut to the fewest that do, by
-bisection up to the iterations the reference ran."""
+bisection up to the iterations the reference ran. Where the failure is a drift whose cause is proven, the trip counts
+are left to --minimal."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ class InlineControlFlow:
             trial = current.keeping((current.nodes - {index}) | set(model.inlined[index]))
             if (yield [trial]) is not None:
                 current = trial
+        if context.proves_cause and context.checks_left() is not None:
+            # a drift's Loops keep their trip counts in the default search: fewer iterations leave the same nodes,
+            # and the bisection costs log2 of each Loop's iterations before the search for the cause has begun
+            # (credsweeper's three LSTM Loops: 21 checks, for a repro that holds none of them); --minimal cuts them
+            return
         done = {e.node for e in current.edits if isinstance(e, LoopTrips)}
         loops = [i for i in current.nodes if model.nodes[i].op_type == "Loop"
                  and model.nodes[i].domain in ("", "ai.onnx") and i not in done]
