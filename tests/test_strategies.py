@@ -295,6 +295,35 @@ def test_singletons_tries_one_node_per_op_type_in_one_candidate(tmp_path):
     assert culprit not in without.nodes and len(without) == 4
 
 
+
+def test_singletons_never_takes_a_node_with_bodies_for_one_node(tmp_path):
+    """An If is its branches' nodes too: not one node alone, so not a member of the group, even where its op type
+    has no other node (it would make the group larger than the candidate it came from)."""
+    branch = [helper.make_node("Neg", ["x"], ["n0"], name="n0"), helper.make_node("Abs", ["n0"], ["n1"], name="n1"),
+              helper.make_node("Sigmoid", ["n1"], ["then_out"], name="n2")]
+    then_graph = helper.make_graph(branch, "then", [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT,
+                                                                                       [2, 3])])
+    else_graph = helper.make_graph([helper.make_node("Tanh", ["x"], ["else_out"], name="e0")], "else", [],
+                                   [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, 3])])
+    branching = helper.make_node("If", ["flag"], ["chosen"], name="choose", then_branch=then_graph,
+                                 else_branch=else_graph)
+    chain = [helper.make_node(op, [f"r{i - 1}" if i else "x"], ["y" if i == 4 else f"r{i}"], name=f"r{i}")
+             for i, op in enumerate(["Relu", "Exp", "Log", "Softplus", "Erf"])]
+    graph = helper.make_graph(
+        [branching, *chain], "with_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "with_if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(path)
+    index = {node.name: i for i, node in enumerate(model.nodes)}
+    start = Candidate(frozenset(index[f"r{i}"] for i in range(5)))
+    (singletons,) = make_strategies(["singletons"])
+    (group,) = next(singletons.search(start, SearchContext(model, ())))
+    assert index["choose"] not in group.nodes and group.nodes <= start.nodes
+
 def test_cone_keeps_only_ancestors_of_the_failing_output(tmp_path):
     model = diamond_chain_model(tmp_path, blocks=3)
     failing_node = model.producer["b1"]
