@@ -35,6 +35,7 @@ import onnx
 
 from oracles import make_runner
 from reducer.batch import KILL_GRACE, end_group
+from reducer.model import count_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -144,7 +145,7 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
     result = {"seconds": seconds, "checks": len(re.findall(r"Running check command", output)), "exit": code}
     if (cwd / "reduced.onnx").exists():
         reduced = onnx.load(str(cwd / "reduced.onnx"), load_external_data=False)
-        result["nodes"] = len(reduced.graph.node)
+        result["nodes"] = count_nodes(reduced.graph)  # with its bodies' nodes, as ours are counted
         result["kept"] = [node.name for node in reduced.graph.node]  # to set beside ours where the sizes differ
         original = {i.name for i in onnx.load(entry["model"], load_external_data=False).graph.input}
         with np.load(tensors) as captured:  # what its cut inputs are fed: beyond fp16's range is no onset
