@@ -18,18 +18,20 @@ sys.path.insert(0, str(HERE))
 from heldout3_inputs import audio, text, vision  # noqa: E402
 
 
-def builders() -> dict:
-    wanted = {Path(case["inputs"]).stem for case in json.loads((HERE / "heldout3.json").read_text())}
-    made = {**audio.BUILDERS, **vision.BUILDERS, **text.BUILDERS}
+def builders(manifest: str = "heldout3.json", made: dict | None = None) -> dict:
+    """The builders of the inputs a set's manifest names (another set's builders by `made`)."""
+    wanted = {Path(case["inputs"]).stem for case in json.loads((HERE / manifest).read_text())}
+    made = made or {**audio.BUILDERS, **vision.BUILDERS, **text.BUILDERS}
     return {name: made[name] for name in sorted(wanted)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(manifest: str = "heldout3.json", made: dict | None = None, description: str = __doc__) -> int:
+    """Write (or with --check compare) the inputs of a set; the fourth set's script calls this with its own."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="compare with the files instead of writing them")
     args = parser.parse_args()
     differ = 0
-    for name, build in builders().items():
+    for name, build in builders(manifest, made).items():
         arrays = build()
         path = HERE / "inputs" / f"{name}.npz"
         if args.check:

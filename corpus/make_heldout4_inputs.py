@@ -5,44 +5,13 @@ on a difference)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from heldout4_inputs import audio, text, vision  # noqa: E402
-
-
-def builders() -> dict:
-    wanted = {Path(case["inputs"]).stem for case in json.loads((HERE / "heldout4.json").read_text())}
-    made = {**audio.BUILDERS, **vision.BUILDERS, **text.BUILDERS}
-    return {name: made[name] for name in sorted(wanted)}
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="compare with the files instead of writing them")
-    args = parser.parse_args()
-    differ = 0
-    for name, build in builders().items():
-        arrays = build()
-        path = HERE / "inputs" / f"{name}.npz"
-        if args.check:
-            with np.load(path) as saved:
-                same = set(saved.files) == set(arrays) and all(
-                    saved[k].dtype == arrays[k].dtype and np.array_equal(saved[k], arrays[k]) for k in arrays)
-            print(("same    " if same else "DIFFERS ") + path.name)
-            differ += not same
-        else:
-            np.savez_compressed(path, **arrays)
-            print(path.name, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()})
-    return 1 if differ else 0
-
+from make_heldout3_inputs import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("heldout4.json", {**audio.BUILDERS, **vision.BUILDERS, **text.BUILDERS}, __doc__))
