@@ -82,6 +82,11 @@ class FailureOrigin:
             return
         options = [grown(frozenset({origin}), context, current)]
         if not alone_still_failing:
+            # in a QDQ-format model, the quantized op the origin belongs to, whole: an engine fuses it into one
+            # kernel (ONNX Runtime at O3) only where its DequantizeLinears and QuantizeLinears are kept with it, and
+            # computes it in fp32 otherwise (efficientword-net's int8 ResNet: the input's QuantizeLinear is the
+            # origin, the fused Conv two steps below it); tried first, as the likeliest; none where there is no QDQ
+            options.insert(0, quantized_unit(origin, context, current))
             # carrying it alone, its error may still lie within the tolerance until a node computes with it (a Conv
             # summing its rounded outputs): the origin with what first computes from it, tried next (none: no option)
             options.append(with_first_computing_readers(origin, context, current))
@@ -180,6 +185,48 @@ def computes(model: Model, index: int) -> bool:
     (Model.computes_nothing: a Cast of floats to integers or a comparison of floats counts, as 2.9999 rounded to fp16
     is 3)."""
     return index not in model.input_independent and index not in model.computes_nothing
+
+
+QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def quantized_unit(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:
+    """Where `node` is a QuantizeLinear or DequantizeLinear, or an op in QDQ form (it reads a DequantizeLinear and a
+    QuantizeLinear reads it): the ops in QDQ form it leads to (the first below it, through those nodes), with the
+    DequantizeLinears they read, the QuantizeLinears that read them and the DequantizeLinears after those: one
+    quantized op, as an engine fuses it. Empty elsewhere, or where that takes more than 4 * FIRST_READERS nodes."""
+    model = context.model
+    graph = model.dag.subgraph(current.nodes)
+
+    def quantizing(index: int) -> bool:
+        return model.nodes[index].op_type in QDQ and model.nodes[index].domain in ("", "ai.onnx")
+
+    def quantized(index: int) -> bool:  # an op in QDQ form: it reads a DequantizeLinear and a QuantizeLinear reads it
+        return (not quantizing(index) and any(quantizing(p) for p in graph.predecessors(index))
+                and any(quantizing(r) for r in graph.successors(index)))
+
+    if not quantizing(node) and not quantized(node):
+        return frozenset()
+    unit, frontier, ops = {node}, [node], set()
+    while frontier:  # down through the Q/DQ nodes to the ops they quantize
+        index = frontier.pop()
+        if not quantizing(index):
+            if quantized(index):
+                ops.add(index)
+            continue
+        for reader in graph.successors(index):
+            if reader not in unit:
+                unit.add(reader)
+                frontier.append(reader)
+        if len(unit) > FIRST_READERS:
+            return frozenset()
+    for op in ops:
+        unit |= {p for p in graph.predecessors(op) if quantizing(p)}
+        after = {r for r in graph.successors(op) if quantizing(r)}
+        unit |= after | {r for q in after for r in graph.successors(q) if quantizing(r)}
+    if not ops or len(unit) > 4 * FIRST_READERS:
+        return frozenset()
+    return grown(frozenset(unit), context, current)
 
 
 def with_first_computing_readers(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:

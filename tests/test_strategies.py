@@ -324,6 +324,40 @@ def test_singletons_never_takes_a_node_with_bodies_for_one_node(tmp_path):
     (group,) = next(singletons.search(start, SearchContext(model, ())))
     assert index["choose"] not in group.nodes and group.nodes <= start.nodes
 
+
+def test_the_origin_of_a_qdq_model_is_tried_with_the_quantized_op_it_belongs_to(tmp_path):
+    """In QDQ form an int8 Conv is the Conv with its DequantizeLinears and the QuantizeLinear (and DequantizeLinear)
+    after it; an engine fuses that unit into one kernel, and computes the Conv in fp32 where any of it is missing.
+    From the input's QuantizeLinear (where the end search puts efficientword-net's origin) the unit is two steps
+    down; from a node outside QDQ there is none."""
+    from strategies.origin import quantized_unit
+
+    scale, zero = numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(
+        np.array(0, np.int8), "z")
+    weights = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.int8), "w_q")
+    nodes = [helper.make_node("Relu", ["x"], ["x_relu"], name="pre"),
+             helper.make_node("QuantizeLinear", ["x_relu", "s", "z"], ["x_q"], name="q_in"),
+             helper.make_node("DequantizeLinear", ["x_q", "s", "z"], ["x_dq"], name="dq_in"),
+             helper.make_node("DequantizeLinear", ["w_q", "s", "z"], ["w"], name="dq_w"),
+             helper.make_node("Conv", ["x_dq", "w"], ["y"], name="conv"),
+             helper.make_node("QuantizeLinear", ["y", "s", "z"], ["y_q"], name="q_out"),
+             helper.make_node("DequantizeLinear", ["y_q", "s", "z"], ["y_dq"], name="dq_out"),
+             helper.make_node("Sigmoid", ["y_dq"], ["out"], name="post")]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              initializer=[scale, zero, weights])
+    path = tmp_path / "qdq.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(path)
+    index = {node.name: i for i, node in enumerate(model.nodes)}
+    whole = Candidate(frozenset(range(len(model.nodes))))
+    context = SearchContext(model, ())
+    unit = {model.nodes[i].name for i in quantized_unit(index["q_in"], context, whole)}
+    assert unit == {"q_in", "dq_in", "dq_w", "conv", "q_out", "dq_out"}
+    assert {model.nodes[i].name for i in quantized_unit(index["conv"], context, whole)} == unit - {"q_in"}
+    assert quantized_unit(index["post"], context, whole) == frozenset()
+    assert quantized_unit(index["pre"], context, whole) == frozenset()
+
 def test_cone_keeps_only_ancestors_of_the_failing_output(tmp_path):
     model = diamond_chain_model(tmp_path, blocks=3)
     failing_node = model.producer["b1"]
