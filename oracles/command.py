@@ -46,6 +46,20 @@ FAILING_ELEMENTS = re.compile(r"\bfailing_elements=(\d+)\b")
 # a NaN/Inf failure, whose repro is its onset (the nodes that turn values the target holds into NaN/Inf), as the
 # built-in `nan` check's; a candidate failing without them fails otherwise (Signature.same_failure).
 NONFINITE_ELEMENTS = re.compile(r"\bnonfinite_elements=(\d+)\b")
+# And which outputs fail (`failing_outputs=["name", ...]`, a JSON list on its own line): the search then drops a
+# candidate's unconnected parts whose outputs all pass before proving it (Reduction.failing_parts).
+FAILING_OUTPUTS = re.compile(r"^failing_outputs=(\[.*\])\s*$", re.MULTILINE)
+
+
+def _failing_outputs(output: str) -> tuple[str, ...]:
+    """The outputs a check named failing on its last `failing_outputs=[...]` line; none where it named none or the
+    line is not a JSON list of names."""
+    lines = FAILING_OUTPUTS.findall(output)
+    try:
+        named = json.loads(lines[-1]) if lines else []
+    except json.JSONDecodeError:
+        return ()
+    return tuple(named) if isinstance(named, list) and all(isinstance(n, str) for n in named) else ()
 
 
 class CommandOracle:
@@ -85,8 +99,8 @@ class CommandOracle:
         self.environment = {"runner": "command", "command": argv}
         identity = {
             # what a verdict holds: 2 adds the check's own Python exception to its signature, 3 whether its outputs
-            # held NaN/Inf (nonfinite_elements=N)
-            "verdicts": 3,
+            # held NaN/Inf (nonfinite_elements=N), 4 the outputs it named failing (failing_outputs=[...])
+            "verdicts": 4,
             "argv": argv,
             "fail_codes": fail_codes,
             "ignore_fail_codes": ignore_fail_codes,
@@ -123,6 +137,9 @@ class CommandOracle:
         if counted:  # the command says how many output elements fail: the proof of cause weighs them
             verdict.elements = int(counted[-1])
         non_finite = NONFINITE_ELEMENTS.findall(output)
+        named = _failing_outputs(output)
+        if named and verdict.failing and verdict.signature:
+            verdict.signature = replace(verdict.signature, outputs=named)
         signature = verdict.signature
         if non_finite and int(non_finite[-1]) and signature and signature.kind == "command" \
                 and not signature.names_a_message:

@@ -163,13 +163,13 @@ class OnnxRuntimeRunner:
     def _session(self, model_path: Path, external_dir: Path | None, model: onnx.ModelProto | None = None):
         """A session for the model at `model_path`, or for `model` (a piece of it, whose external data lives
         where the model's does)."""
-        import tempfile
+        from contextlib import ExitStack
 
-        with tempfile.TemporaryDirectory(prefix="onnx-reduce-session-") as scratch:  # ORT reads it as it builds
-            return self._build_session(model_path, external_dir, model, Path(scratch))
+        with ExitStack() as scratch:  # a folder made only where needed, kept while ORT reads it as it builds
+            return self._build_session(model_path, external_dir, model, scratch)
 
     def _build_session(self, model_path: Path, external_dir: Path | None, model: onnx.ModelProto | None,
-                       scratch: Path):
+                       scratch):
         import onnx
         import onnxruntime as ort
 
@@ -208,10 +208,13 @@ class OnnxRuntimeRunner:
         return session
 
 
-def _session_source(executed: onnx.ModelProto, folder: Path, options, scratch: Path):
+def _session_source(executed: onnx.ModelProto, folder: Path, options, scratch):
     """What ONNX Runtime builds a session from: the serialized model, its external weights read from `folder`
     (where the candidate's are); or, for a converted model that itself passes protobuf's 2 GiB limit, a copy
-    saved in `scratch` with its weights beside it."""
+    saved with its weights beside it in a temporary folder that `scratch` (an ExitStack) removes. Made only then:
+    a worker killed for its time limit would leave it behind."""
+    import tempfile
+
     import onnx
     from onnx import external_data_helper
 
@@ -221,7 +224,7 @@ def _session_source(executed: onnx.ModelProto, folder: Path, options, scratch: P
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
         return executed.SerializeToString()
     if executed.ByteSize() > SERIALIZED_LIMIT:
-        path = scratch / "executed.onnx"
+        path = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="onnx-reduce-session-"))) / "executed.onnx"
         onnx.save_model(executed, str(path), save_as_external_data=True, location="executed.onnx.data")
         return str(path)
     return executed.SerializeToString()

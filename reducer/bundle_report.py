@@ -142,6 +142,20 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                      "(or into NaN); every input they are fed is within the target's range.")
     elif not cause.get("checked"):
         lines.append("**Cause: not shown.** The search stopped before the proof ran; treat this repro with care.")
+    elif (cause.get("parts") or {}).get("shown") is False:
+        parts = cause["parts"]
+        if "failing_alone" in parts:
+            lines.append(f"**Not shown to be the cause**: these nodes are {parts['count']} unconnected parts, each fed "
+                         "from the reference. With all of them computed exactly the whole model stops failing, but "
+                         f"the parts that fail alone ({', '.join(parts['failing_alone'][:3])}) do not carry the "
+                         f"failure ({parts['in_words']}), and those that carry it do not fail alone. Treat this repro "
+                         "with care.")
+        else:
+            lines.append(f"**Cause not shown**: these nodes are {parts['count']} unconnected parts, each fed from the "
+                         "reference. With all of them computed exactly the whole model stops failing, but which part "
+                         "fails alone is not known: the check does not name its failing outputs (a line "
+                         "`failing_outputs=[...]`, as scripts/check_candidate.py prints), and the checks ran out "
+                         "before each part was tried. Treat this repro with care.")
     elif cause.get("holds") and cause.get("writes_every_output"):
         lines.append("**Cause shown in part**: these nodes write the model's outputs, so the whole model with them "
                      "fed from the reference passes by construction, which shows nothing. What is shown: fed the "

@@ -340,6 +340,7 @@ def reduce_model(
             progress.message(STOP_MESSAGES.get(stop.limit, "{limit} reached: keeping the best so far ({nodes} nodes)")
                              .format(limit=stop.limit, nodes=reduction.size(reduction.best)))
         report["one_minimal"] = stopped_by is None and getattr(strategies[-1], "proves_one_minimal", False)
+        reduction.settle_parts()
         final = reduction.reverify()
         report["final"] = final.to_json() if final else None
         if reduction.interesting(final, reduction.best):
@@ -516,6 +517,10 @@ def cause_report(reduction: Reduction) -> dict | None:
          "in_words": counterfactual.one_line(p, reduction.original, reduction.model)}
         for p in reduction.bystanders
     ]
+    if reduction.parts is not None:  # unconnected parts, where the check does not name its failing outputs
+        data["parts"] = reduction.parts
+        if not reduction.parts["shown"]:
+            data["holds"] = False  # not shown that what fails alone is what carries the failure
     # no smaller subgraph found to carry it, and more nodes than a repro a vendor can read
     data["spread"] = bool(data.get("holds")) and len(reduction.best) > counterfactual.SPREAD_NODES
     data["range"] = counterfactual.range_notes(reduction.model, reduction.store, reduction.best,

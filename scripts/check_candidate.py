@@ -100,6 +100,8 @@ def main() -> int:
     print(f"FAIL ({verdict.signature.kind}): {verdict.reason}" if verdict.failing else f"PASS: {verdict.reason}")
     if verdict.elements is not None:  # read by onnx-reduce's proof of cause
         print(f"failing_elements={verdict.elements}")
+    if verdict.failing and verdict.signature.outputs:  # the search drops the parts whose outputs pass
+        print(f"failing_outputs={json.dumps(list(verdict.signature.outputs))}")
     if result.status == "ok":  # NaN/Inf where the reference is finite: onnx-reduce then seeks the onset
         print(f"nonfinite_elements={NanCheck().judge(result, reference).elements}")
     if not verdict.failing:

@@ -302,14 +302,21 @@ def _ours_is_not_larger(cmd: dict, pg: dict) -> str:
         return "yes"
     if pg.get("fed_max", 0) > FP16_MAX:
         return f"no, but Polygraphy's is fed {pg['fed_max']:.3g} (fp16 cannot hold it: unfaithful)"
-    if (pg.get("cause") or {}).get("holds") is False:
+    theirs = (pg.get("cause") or {}).get("by_method") or {"reference": pg.get("cause") or {}}
+    ours = (cmd.get("appraisal") or {}).get("by_method") or {}
+    if not any(proof.get("holds") for proof in theirs.values()) and (pg.get("cause") or {}).get("holds") is False:
         return "no, but Polygraphy's does not carry the failure (a bystander)"
-    theirs = ((pg.get("cause") or {}).get("by_method") or {}).get("fp32") or {}
-    ours = ((cmd.get("appraisal") or {}).get("by_method") or {}).get("fp32") or {}
-    if theirs.get("holds") is False and ours.get("holds"):  # both shown by feeding the reference; only ours in fp32
-        return (f"NO; but kept in fp32, Polygraphy's does not carry the failure "
-                f"({theirs.get('failing_elements_after')} of {theirs.get('failing_elements_before')} left) and ours "
-                f"does ({ours.get('failing_elements_after')} left)")
+    # either way of computing it exactly is the counterfactual: a Polygraphy result that carries the failure
+    # by one is a rival; say where only ours carries it by the other
+    for method, words in (("fp32", "kept in fp32"), ("reference", "fed the reference")):
+        mine, its = ours.get(method) or {}, theirs.get(method) or {}
+        if its.get("holds") is False and mine.get("holds"):
+            before = its.get("failing_elements_before")
+            its_left = (f"fed exact inputs, it fails in {its.get('downstream_failing_elements')} of {before}"
+                        if method == "reference" and not its.get("still_failing")
+                        else f"{its.get('failing_elements_after')} of {before} left")
+            return (f"NO; but {words}, Polygraphy's does not carry the failure ({its_left}) and ours does "
+                    f"({mine.get('failing_elements_after')} left)")
     return "NO"
 
 

@@ -321,6 +321,18 @@ def test_a_command_may_say_how_many_elements_fail(job):
     assert silent.failing and silent.elements is None
 
 
+def test_a_command_may_name_the_outputs_that_fail(job):
+    """`failing_outputs=[...]` (a JSON list, its last such line) names a failing verdict's outputs, by which the
+    search drops a candidate's parts that pass; a line that is not a list of names, or a passing verdict, names none."""
+    says = ("print('failing_outputs=[\"a\"]'); print('failing_outputs=[\"y\", \"z w\"]'); "
+            "raise SystemExit(1)")
+    assert _oracle(argv=[sys.executable, "-c", says]).judge(job).signature.outputs == ("y", "z w")
+    garbled = "print('failing_outputs=[y]'); raise SystemExit(1)"
+    assert _oracle(argv=[sys.executable, "-c", garbled]).judge(job).signature.outputs == ()
+    passing = _oracle(argv=[sys.executable, "-c", "print('failing_outputs=[\"y\"]')"]).judge(job)
+    assert not passing.failing
+
+
 def test_a_relative_workdir_still_hands_the_check_absolute_paths(job, tmp_path, monkeypatch):
     """-o out makes every check's folder relative to where onnx-reduce started; the check runs in that folder,
     where such a path names nothing."""

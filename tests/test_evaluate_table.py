@@ -85,3 +85,23 @@ def test_a_timed_out_tool_is_ended_with_what_it_started_and_its_output_kept(eval
     time.sleep(4)
     assert not marker.exists()  # the child went with the tool
     assert evaluate.timed([sys.executable, "-c", "print('done')"], tmp_path, 10.0)[1:] == ("done\n", 0)
+
+
+def test_a_polygraphy_result_that_carries_the_failure_one_way_is_no_bystander(evaluate):
+    """Either way of computing a repro exactly is the counterfactual: Polygraphy's result that carries the failure
+    kept in fp32, though not fed the reference, is a rival ours is larger than, said with where only ours holds."""
+    fed = {"method": "reference", "holds": False, "failing_elements_before": 83, "failing_elements_after": 0,
+           "still_failing": False, "downstream_failing_elements": 3}
+    kept = {"method": "fp32", "holds": True, "failing_elements_before": 83, "failing_elements_after": 4}
+    polygraphy = {"nodes": 3, "checks": 7, "cause": {**fed, "by_method": {"reference": fed, "fp32": kept}}}
+    ours = {"nodes": 7, "checks": 14, "appraisal": {"by_method": {
+        "reference": {"holds": True, "failing_elements_before": 83, "failing_elements_after": 0},
+        "fp32": {"holds": True, "failing_elements_before": 83, "failing_elements_after": 2}}}}
+    said = evaluate._ours_is_not_larger(ours, polygraphy)
+    assert said.startswith("NO; but fed the reference, Polygraphy's does not carry the failure")
+    assert "fed exact inputs, it fails in 3 of 83" in said and "ours does (0 left)" in said
+    neither = {**polygraphy, "cause": {**fed, "by_method": {"reference": fed, "fp32": {**kept, "holds": False}}}}
+    assert evaluate._ours_is_not_larger(ours, neither).endswith("(a bystander)")
+    both = {**polygraphy, "cause": {**kept, "by_method": {"reference": {**fed, "holds": True}, "fp32": kept}}}
+    assert evaluate._ours_is_not_larger(ours, both) == "NO"
+    assert evaluate._ours_is_not_larger({**ours, "nodes": 3}, polygraphy) == "yes"

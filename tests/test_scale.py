@@ -261,6 +261,34 @@ def test_fp16_storage_gives_an_identity_of_a_rounded_value_the_rounded_value(tmp
     assert np.isinf(out["shown"][1])  # 9e4: fp16 cannot hold it, shown as the target holds it
 
 
+@pytest.mark.parametrize("large", [False, True])
+def test_a_converted_session_leaves_no_temporary_folder(tmp_path, monkeypatch, large):
+    """A converted model goes to ONNX Runtime as bytes; one past protobuf's limit (here: any, the limit lowered) as a
+    file in a temporary folder, removed once the session is built. None is made otherwise: a worker killed for its
+    time limit leaves behind what it made."""
+    import tempfile
+
+    import oracles.onnxruntime_runner as ort_runner
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    if large:
+        monkeypatch.setattr(ort_runner, "SERIALIZED_LIMIT", 0)
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"], name="mul")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+                              [numpy_helper.from_array(np.array([3.0], np.float32), "k")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    made = []
+    real = tempfile.TemporaryDirectory
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", lambda *a, **k: made.append(1) or real(*a, **k))
+    out = make_runner("onnxruntime:cpu:fp16").run(path, {"x": np.array([1.0, 2.0, 3.0], np.float32)})
+    np.testing.assert_allclose(out["y"], [3.0, 6.0, 9.0])
+    assert len(made) == (1 if large else 0)
+    assert list((tmp_path / "temp").iterdir()) == []
+
+
 # -- memory: one copy of the model's weights ------------------------------------------------------------------
 HOLDS = """
 import sys
