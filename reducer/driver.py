@@ -623,9 +623,7 @@ class Reduction:
         if nodes not in self.proofs:
             weights = counterfactual.with_constants(self.model, nodes)
             exact = self._with_readers(weights)  # exact_region(nodes)
-            # the whole model computed exactly is the reference itself (a Constant no exact node reads is read by
-            # none that computes)
-            if exact | self.model.input_independent >= self.model.flat:
+            if self._whole_exact(nodes):
                 proof = Proof(self.cause_method, nodes, holds=True, exact=exact)
             else:
                 proof = counterfactual.judge_runs(self.cause_method, nodes, self.original,
@@ -638,6 +636,12 @@ class Reduction:
             proof.constants = len(weights) - len(nodes)
             self.proofs[nodes] = proof
         return self.proofs[nodes]
+
+    def _whole_exact(self, nodes: frozenset[int]) -> bool:
+        """Whether the whole model, with `nodes` computed exactly, is the reference itself (a Constant no exact node
+        reads is read by none that computes)."""
+        exact = self._with_readers(counterfactual.with_constants(self.model, nodes))
+        return exact | self.model.input_independent >= self.model.flat
 
     def still_fails_with_exact(self, nodes: frozenset[int]) -> bool | None:
         """Whether the whole model, with `nodes` computed exactly, still carries the original failure (None:
@@ -955,7 +959,8 @@ class Reduction:
         carries the failure by the other parts: riann's input rounding through its GRU, which passes alone, beside
         the x*x of its output's norm, whose own rounding fails alone (computed exactly, 96 of 83 elements left)."""
         failing = self.failing_parts(candidate, verdict)
-        if failing.nodes == candidate.nodes:
+        if failing.nodes == candidate.nodes or self._whole_exact(candidate.nodes):
+            # (a candidate that computed exactly is the whole model, `branches`' inlined If: its proof is no run)
             return candidate if self.proof(candidate).holds else None
         shown = self.proof(failing)
         if shown.holds:
