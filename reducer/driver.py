@@ -131,7 +131,6 @@ class _TurnOver(Exception):
     """A strategy spent its turn's budget."""
 
 
-
 def turn_budget(nodes: int) -> int:
     """Checks one strategy may spend in a turn: a bisection of both ends of the current candidate fits,
     so cheap strategies finish; a costly one is cut short and waits for its turn to come round again."""
@@ -960,13 +959,15 @@ class Reduction:
         the x*x of its output's norm, whose own rounding fails alone (computed exactly, 96 of 83 elements left)."""
         failing = self.failing_parts(candidate, verdict)
         if failing.nodes == candidate.nodes or self._whole_exact(candidate.nodes):
-            # (a candidate that computed exactly is the whole model, `branches`' inlined If: its proof is no run)
+            # (computed exactly, a candidate may leave the whole model the reference, as `branches`' inlined If does:
+            # its proof is no run, so it is taken whole, as the search goes on from it)
             return candidate if self.proof(candidate).holds else None
         shown = self.proof(failing)
         if shown.holds:
             return failing
-        room = self.checks_left()
-        if not self._takes_a_share(shown) or (room is not None and room < len(shown.verdicts) + 1):
+        room = self.checks_left()  # the whole candidate's proof is a second one: within --max-checks too
+        if not self._takes_a_share(shown) or (room is not None and room < len(counterfactual.runs_for(
+                self.cause_method, candidate.nodes))):
             return None
         return candidate if self.proof(candidate).holds else None
 
@@ -990,8 +991,7 @@ class Reduction:
         writers = {self.model.producer.get(name) for name in named}
         if None in writers or not writers <= candidate.nodes:  # an output renamed or not the candidate's own
             return candidate
-        parts = list(nx.weakly_connected_components(self.model.dag.subgraph(candidate.nodes)))
-        failing = frozenset().union(*(part for part in parts if not part.isdisjoint(writers)))
+        failing = frozenset().union(*(part for part in self.parts_of(candidate) if not part.isdisjoint(writers)))
         return candidate if failing == candidate.nodes else Candidate(failing)
 
     def _constants_as_weights(self, candidate: Candidate) -> Candidate:
