@@ -998,19 +998,26 @@ def test_fp16_storage_rounds_weights_but_where_an_exact_node_reads_them(tmp_path
     assert 299 < y[1] < 301, y  # not rounded (its product is, as every node output)
 
 
+def planted_reduction(planted, tmp_path: Path):
+    """A Reduction of the planted graph on the fp16 runner at 1e-2, started (it fails, its cause to be proven), and
+    its nodes' numbers by name."""
+    from reducer.options import OracleOptions
+
+    path, _ = planted
+    model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
+                                                                atol=0.01, rtol=0.01))
+    assert reduction.start().failing and reduction.proves_cause
+    return reduction, {node.name: i for i, node in enumerate(model.nodes)}
+
+
 def test_a_candidate_within_a_set_shown_not_to_carry_the_failure_costs_no_check(planted, tmp_path):
     """Computed exactly, the bystander's branch leaves the whole model failing: no subset of it can carry the
     failure (fewer nodes exact leave at least as much error), so such a candidate is passed over unchecked,
     while one outside it is still checked."""
     from reducer.candidate import Candidate
-    from reducer.options import OracleOptions
 
-    path, names = planted
-    model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
-                                                                atol=0.01, rtol=0.01))
+    reduction, index = planted_reduction(planted, tmp_path)
     try:
-        assert reduction.start().failing and reduction.proves_cause
-        index = {node.name: i for i, node in enumerate(model.nodes)}
         branch = frozenset({index["bystander_conv"], index["bystander_damp"]})
         assert reduction.still_fails_with_exact(branch) is True
         before = reduction.counters.checks
@@ -1029,14 +1036,9 @@ def test_a_candidates_parts_whose_outputs_pass_are_dropped_before_its_proof(plan
     and the bystander alone is proven, and rejected; taken with the cause, it is dropped and the cause is the
     candidate taken."""
     from reducer.candidate import Candidate
-    from reducer.options import OracleOptions
 
-    path, names = planted
-    model, reduction = in_process(path, tmp_path, OracleOptions(runner="onnxruntime:cpu:fp16", fail_on="tolerance",
-                                                                atol=0.01, rtol=0.01))
+    reduction, index = planted_reduction(planted, tmp_path)
     try:
-        assert reduction.start().failing and reduction.proves_cause
-        index = {node.name: i for i, node in enumerate(model.nodes)}
         bystander, cause, beside = index["bystander_conv"], index["cause_bn"], index["main_conv"]
         assert reduction._first_interesting([Candidate(frozenset({bystander, beside}))], "test") == (None, None, None)
         assert frozenset({bystander}) in reduction.proofs and frozenset({bystander, beside}) not in reduction.proofs
