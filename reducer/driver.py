@@ -860,13 +860,15 @@ class Reduction:
                            "removed": nodes_before - self.size(self.best), "finished": finished})
         return finished
 
-    def _stop_if_spent(self, window: int, reserve: int = 0) -> int:
+    def _stop_if_spent(self, window: int, reserve: int = 0, budget: bool = True) -> int:
         """How many of the next `window` candidates may be checked; SearchStopped when none may. One
         check is kept back for the final re-check, so --max-checks bounds the whole run, and `reserve` more
-        for what a candidate found failing costs after its own check (its proof's runs)."""
+        for what a candidate found failing costs after its own check (its proof's runs). `budget`: the default
+        check budget counts too (it is the search's economy; settle_parts, what the result shows, is not held to
+        it)."""
         if self.limits.time_limit is not None and time.perf_counter() - self.started >= self.limits.time_limit:
             raise SearchStopped("time-limit")
-        for limit, name in self._check_limits():
+        for limit, name in self._check_limits(budget):
             left = limit - 1 - reserve - self.counters.checks
             if left <= 0:
                 raise SearchStopped(name)
@@ -878,10 +880,17 @@ class Reduction:
         kept back); None where neither applies."""
         return min((limit - 1 - self.counters.checks for limit, _ in self._check_limits()), default=None)
 
-    def _check_limits(self) -> list[tuple[int, str]]:
-        """The limits on checks in force, each with the name a search stopped by it reports."""
+    def _check_limits(self, budget: bool = True) -> list[tuple[int, str]]:
+        """The limits on checks in force, each with the name a search stopped by it reports (`budget`: the default
+        check budget among them)."""
         return [(limit, name) for limit, name in ((self.limits.max_checks, "max-checks"),
-                                                  (self.check_budget, "check-budget")) if limit is not None]
+                                                  (self.check_budget if budget else None, "check-budget"))
+                if limit is not None]
+
+    @property
+    def _proof_runs(self) -> int:
+        """The runs a proof of cause takes at most, after its candidate's own check."""
+        return len(counterfactual.runs_for(self.cause_method, frozenset()))
 
     @property
     def check_budget(self) -> int | None:
@@ -931,7 +940,7 @@ class Reduction:
         batch = [self._constants_as_weights(candidate) for candidate in batch]
         pending = [(index, c) for index, c in enumerate(batch)
                    if not self._cannot_carry(c) and not self._within_a_pass(c)]
-        proof_runs = len(counterfactual.runs_for(self.cause_method, frozenset())) if self.proves_cause else 0
+        proof_runs = self._proof_runs if self.proves_cause else 0
         start = 0
         while start < len(pending):
             window = pending[start : start + self._stop_if_spent(self.jobs, proof_runs)]
@@ -966,8 +975,7 @@ class Reduction:
         if shown.holds:
             return failing
         room = self.checks_left()  # the whole candidate's proof is a second one: within --max-checks too
-        if not self._takes_a_share(shown) or (room is not None and room < len(counterfactual.runs_for(
-                self.cause_method, candidate.nodes))):
+        if not self._takes_a_share(shown) or (room is not None and room < self._proof_runs):
             return None
         return candidate if self.proof(candidate).holds else None
 
@@ -1118,7 +1126,9 @@ class Reduction:
         if chosen.nodes == best.nodes:
             self.parts["shown"] = True
             return
-        if not self._room_to_settle(len(counterfactual.runs_for(self.cause_method, frozenset()))):
+        try:
+            self._stop_if_spent(1, reserve=self._proof_runs - 1, budget=False)
+        except SearchStopped:
             return
         carried = self.proof(chosen)
         # the parts that fail alone carry the failure (the result), or take at least half of it away (spread)
@@ -1129,18 +1139,10 @@ class Reduction:
             self.parts["failing_alone"] = [self.model.node_label(i) for i in sorted(chosen.nodes)[:10]]
             self.parts["in_words"] = counterfactual.one_line(carried, self.original, self.model)
 
-    def _room_to_settle(self, checks: int) -> bool:
-        """Whether `checks` more fit before the re-check within --max-checks and --time-limit. Not the default budget:
-        it is the search's economy, and what is shown of the result comes before it."""
-        if self.limits.time_limit is not None and time.perf_counter() - self.started >= self.limits.time_limit:
-            return False
-        return self.limits.max_checks is None or self.limits.max_checks - 1 - self.counters.checks >= checks
-
     def _failing_among(self, parts: list[frozenset[int]], failing: list, known: bool) -> None:
         """Add to `failing` the parts of `parts` that fail alone; `known`: the group is known to fail."""
         if not known:
-            if not self._room_to_settle(1 + len(counterfactual.runs_for(self.cause_method, frozenset()))):
-                raise SearchStopped("max-checks")
+            self._stop_if_spent(1, reserve=self._proof_runs, budget=False)  # the group's check, a proof after
             candidate = Candidate(frozenset().union(*parts))
             verdict = self.judge(candidate)
             self._spend(candidate.key(), verdict)
