@@ -3,6 +3,7 @@ best on disk at every improvement, and stops when no strategy makes progress."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -72,6 +73,7 @@ class _Pending:
     key: str
     job: CheckJob
     built: object
+    content: str  # what the model is (Reduction._content_key): a verdict is kept under both keys
     verdict: Verdict | None = None
 
 
@@ -256,8 +258,7 @@ class Reduction:
         else:
             verdicts = [self._run_check(job) for job in jobs]
         for job, verdict in zip(jobs, verdicts, strict=True):
-            self.cache.put(job.key, verdict)
-            job.verdict = verdict
+            self._keep(job, verdict)
         return [item.verdict if isinstance(item, _Pending) else item for item in pending]
 
     def _prepare(self, candidate: Candidate, use_cache: bool, mark_all: bool):
@@ -290,6 +291,13 @@ class Reduction:
                 self._reported_unfaithful.add(tensor)
                 self.progress.message(f"rejected without a check: {reason} (the target cannot hold it)")
             return None
+        content = self._content_key(built, stale_reference)
+        cached = self.cache.get(content) if use_cache else None
+        if cached is not None:
+            self.counters.cache_hits += 1
+            stats.cache_hits += 1
+            self.cache.put(key, cached)
+            return cached
         self.counters.checks += 1
         stats.checks += 1
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
@@ -307,7 +315,26 @@ class Reduction:
             keep_fp32_nodes=built.keep_fp32_nodes,
             keep_fp32_tensors=built.keep_fp32_tensors,
         )
-        return _Pending(key, job, built)
+        return _Pending(key, job, built, content)
+
+    def _content_key(self, built: Materialized, stale_reference: bool) -> str:
+        """What a check's verdict depends on besides the oracle: the model's bytes, what feeds its inputs and what its
+        outputs are compared with. One node set asked two ways builds the same model: a front cut below the end
+        search's last failing probe, as a candidate, is that probe's run (smart-turn: the 42 nodes the probe
+        computed, checked again as the origin's candidate); one run answers both."""
+        digest = hashlib.blake2b(digest_size=20)
+        saved = self._as_saved(built)
+        for piece in saved.pieces if isinstance(saved, ModelBytes) else (saved.SerializeToString(),):
+            digest.update(piece)
+        digest.update(repr((built.fed, sorted(built.feed_slices.items()), built.outputs, sorted(built.observed.items()),
+                            built.keep_fp32_nodes, built.keep_fp32_tensors, stale_reference)).encode())
+        return "model:" + digest.hexdigest()
+
+    def _keep(self, pending: _Pending, verdict: Verdict) -> None:
+        """A check's verdict, cached by what was asked and by what was run."""
+        self.cache.put(pending.key, verdict)
+        self.cache.put(pending.content, verdict)
+        pending.verdict = verdict
 
     def _feeds(self, built: Materialized, workdir: Path) -> dict[str, Path]:
         """Store files as they are; a shrunk input (ShrinkAxis) is written, sliced, into the check's folder."""
@@ -697,8 +724,7 @@ class Reduction:
 
         prepared = self._prepare_built(key, build, use_cache=True, faithful=False)
         if isinstance(prepared, _Pending):
-            prepared.verdict = self._run_check(prepared)
-            self.cache.put(prepared.key, prepared.verdict)
+            self._keep(prepared, self._run_check(prepared))
             prepared = prepared.verdict
         self._spend(key, prepared)
         if nodes is not None:

@@ -480,6 +480,34 @@ def test_two_counterfactual_runs_that_compute_the_same_nodes_are_checked_once(pl
         reduction.close()
 
 
+def test_a_candidate_that_builds_the_model_an_end_search_probe_ran_costs_no_check(planted, tmp_path):
+    """All above the BatchNormalization fed from the reference (an end-search probe) leaves it and all below it to
+    compute: as a candidate (a front cut below the probe), that is the same model, fed and judged alike. One run
+    answers both, whichever is asked first; a candidate that builds another model is a check of its own."""
+    from reducer import counterfactual
+    from reducer.candidate import Candidate
+
+    path, names = planted
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    try:
+        assert reduction.start().failing and reduction.cause_method == "reference"
+        order = reduction.best.ordered()
+        cause = next(i for i in order if model.nodes[i].name == names["cause"])
+        above = frozenset(order[: order.index(cause)])
+        probe = counterfactual.CounterfactualRun("without", above)
+        computed = counterfactual.computed(model, probe, reduction._uniform)
+        assert cause in computed and len(computed) < len(order)
+        assert reduction.still_fails_with_exact(above) is True
+        checks, hits = reduction.counters.checks, reduction.counters.cache_hits
+        verdict = reduction.judge(Candidate(computed))
+        assert verdict is not None and verdict.failing
+        assert (reduction.counters.checks, reduction.counters.cache_hits) == (checks, hits + 1)
+        assert reduction.judge(Candidate(computed - {cause})) is not None
+        assert reduction.counters.checks == checks + 1
+    finally:
+        reduction.close()
+
+
 def test_a_downstream_run_that_an_end_search_probe_computed_already_costs_no_check(planted, tmp_path):
     """All above the BatchNormalization exact (an end-search probe) computes it and what lies below it: the same
     model as its proof's `downstream` run (it and all below it, fed the reference), judged on the model's outputs
