@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -46,7 +47,7 @@ FP16_MAX = 65504.0
 ERROR_CAUSE = "an error: raising its message is the proof"
 
 
-def timed(argv: list[str], cwd: Path, timeout: float) -> tuple[float, str, int]:
+def timed(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> tuple[float, str, int]:
     """A tool's run, its output to a file: past `timeout`, its whole process group gets SIGTERM (ours then closes
     its workers, which run in sessions of their own, and writes its report), and SIGKILL after KILL_GRACE, as a
     batch run ends a model past its timeout (reducer.batch.end_group). Killed alone, the tool would leave a hung
@@ -54,7 +55,7 @@ def timed(argv: list[str], cwd: Path, timeout: float) -> tuple[float, str, int]:
     start, note = time.perf_counter(), ""
     with tempfile.TemporaryFile("w+") as sink:
         process = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, text=True,
-                                   start_new_session=True)
+                                   start_new_session=True, env=env)
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -141,7 +142,9 @@ def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, 
     cwd = Path(tempfile.mkdtemp(dir=work))
     argv = ["polygraphy", "debug", "reduce", entry["model"], "-o", "reduced.onnx", "--mode=bisect",
             "--load-inputs", str(given), *check_flags(entry), "--check", *command]
-    seconds, output, code = timed(argv, cwd, timeout)
+    # its temporary files (a copy of each candidate, tmp_polygraphy_*.onnx, tens of MB) go in the row's folder, which
+    # is removed after the row: in the system's temporary folder they stay after it exits
+    seconds, output, code = timed(argv, cwd, timeout, env={**os.environ, "TMPDIR": str(cwd)})
     result = {"seconds": seconds, "checks": len(re.findall(r"Running check command", output)), "exit": code}
     if (cwd / "reduced.onnx").exists():
         reduced = onnx.load(str(cwd / "reduced.onnx"), load_external_data=False)
