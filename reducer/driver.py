@@ -73,7 +73,7 @@ class _Pending:
     key: str
     job: CheckJob
     built: object
-    content: str  # what the model is (Reduction._content_key): a verdict is kept under both keys
+    content: str  # what the model is (Reduction._content_key): a verdict is kept by both
     verdict: Verdict | None = None
 
 
@@ -211,6 +211,9 @@ class Reduction:
         self.counters = Counters()
         self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}:{CANDIDATE_FORM}")
         self.work_dir = out_dir / "work"
+        # verdicts by what their model is (_content_key), in memory only: a key names the model's own weights by
+        # where this process holds them
+        self._by_content: dict[str, Verdict] = {}
         self.history_path = out_dir / "history.jsonl"
         self.original: Verdict | None = None
         self.best: Candidate = Candidate(model.original_nodes)
@@ -292,7 +295,7 @@ class Reduction:
                 self.progress.message(f"rejected without a check: {reason} (the target cannot hold it)")
             return None
         content = self._content_key(built, stale_reference)
-        cached = self.cache.get(content) if use_cache else None
+        cached = self._by_content.get(content) if use_cache else None
         if cached is not None:
             self.counters.cache_hits += 1
             stats.cache_hits += 1
@@ -325,15 +328,19 @@ class Reduction:
         digest = hashlib.blake2b(digest_size=20)
         saved = self._as_saved(built)
         for piece in saved.pieces if isinstance(saved, ModelBytes) else (saved.SerializeToString(),):
-            digest.update(piece)
+            place = self.model.piece_place(piece)  # the model's own nodes and weights: by where they lie
+            digest.update(f"@{place}".encode() if place else b"#%d:" % len(piece))
+            if place is None:
+                digest.update(piece)
         digest.update(repr((built.fed, sorted(built.feed_slices.items()), built.outputs, sorted(built.observed.items()),
                             built.keep_fp32_nodes, built.keep_fp32_tensors, stale_reference)).encode())
-        return "model:" + digest.hexdigest()
+        return digest.hexdigest()
 
     def _keep(self, pending: _Pending, verdict: Verdict) -> None:
         """A check's verdict, cached by what was asked and by what was run."""
         self.cache.put(pending.key, verdict)
-        self.cache.put(pending.content, verdict)
+        if verdict.lasting:  # as the cache keeps them
+            self._by_content[pending.content] = verdict
         pending.verdict = verdict
 
     def _feeds(self, built: Materialized, workdir: Path) -> dict[str, Path]:

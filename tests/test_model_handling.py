@@ -156,6 +156,27 @@ def test_a_run_of_nodes_is_one_slice_and_reads_its_weights_in_one(tmp_path):
         assert (tmp_path / f"{len(kept)}.onnx").read_bytes() == data
 
 
+def test_a_piece_of_the_models_own_nodes_or_weights_is_named_by_where_it_lies(tmp_path):
+    """Model.piece_place, what a candidate's content key names its nodes and weights by instead of reading them:
+    a slice of the node block or of a weight block is (which, block, start, end), the same for the same slice cut
+    again, other for another; bytes of any other making are None (the key reads them)."""
+    steps = 12
+    nodes = [helper.make_node("Mul", [f"t{i}", f"w{i}"], [f"t{i + 1}"], name=f"mul{i}") for i in range(steps)]
+    weights = [numpy_helper.from_array(np.full(4, 1.0 + i / 100, np.float32), f"w{i}") for i in range(steps)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(f"t{steps}", TensorProto.FLOAT, [4])], weights)
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    (first,), (again,), (other,) = (model.node_fields(np.arange(a, b)) for a, b in ((2, 6), (2, 6), (3, 6)))
+    place = model.piece_place(first)
+    assert place[0] == "nodes" and place == model.piece_place(again) != model.piece_place(other)
+    assert place[3] - place[2] == first.nbytes and bytes(first) == bytes(again)
+    (weight,) = model.weight_fields(model.cut_by(np.arange(2, 6)).weights)
+    assert model.piece_place(weight)[0] == "weights"
+    assert model.piece_place(bytes(first)) is None and model.piece_place(memoryview(bytes(first))) is None
+
+
 def _cut_by_name(model, kept: list[int]) -> tuple[list[str], list[str], set[str], list[str]]:
     """What Model.cut_by works out in arrays, walked name by name: weights read and other tensors read but not
     written (each once, in the order the model's tensors are numbered), tensors written, and those written that no
