@@ -51,6 +51,7 @@ def main() -> int:
     parser.add_argument("--results", type=Path, help="scripts/evaluate.py's results for the same set, to set beside")
     parser.add_argument("--output", type=Path, required=True, help="JSON lines, one a row (appended)")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--runner", help="every entry under this runner instead of its own (onnxruntime:cuda:fp16)")
     args = parser.parse_args()
 
     entries = json.loads(args.manifest.read_text())
@@ -62,10 +63,12 @@ def main() -> int:
         if entry["fail_on"] != "tolerance" or (args.only is not None and entry["name"] not in args.only):
             continue
         folder = args.manifest.resolve().parent  # the check runs in Polygraphy's folder: no relative path
-        entry = dict(entry, model=str(folder / entry["model"]), inputs=str(folder / entry["inputs"]))
+        entry = dict(entry, model=str(folder / entry["model"]), inputs=str(folder / entry["inputs"]),
+                     runner=args.runner or entry["runner"])
         proving = prove_with_polygraphy(entry, args.timeout)
-        row = {"name": entry["name"], "proving": proving, "polygraphy": recorded.get(entry["name"], {}).get(
-            "polygraphy"), "ours": recorded.get(entry["name"], {}).get("command")}
+        known = recorded.get(entry["name"], {})
+        row = {"name": entry["name"], "runner": entry["runner"], "proving": proving,
+               "polygraphy": known.get("polygraphy"), "ours": known.get("command")}
         with open(args.output, "a") as out:
             out.write(json.dumps(row) + "\n")
         print(f"{entry['name']}: proving {evaluate.cell(proving)}, {proving['runs']} runs, "
