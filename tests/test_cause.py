@@ -128,6 +128,16 @@ def fp16_check_options():
                                                        *FP16])
 
 
+def started_through_the_command(planted, tmp_path: Path):
+    """A Reduction of the planted graph through scripts/check_candidate.py on the fp16 runner (its proof feeds the
+    reference), started: the model, the Reduction, the nodes in order and the cause's number."""
+    path, names = planted
+    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    assert reduction.start().failing and reduction.cause_method == "reference"
+    order = reduction.best.ordered()
+    return model, reduction, order, next(i for i in order if model.nodes[i].name == names["cause"])
+
+
 @pytest.fixture
 def planted(tmp_path) -> tuple[Path, dict[str, str]]:
     path = tmp_path / "planted.onnx"
@@ -443,12 +453,8 @@ def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""
     from reducer.candidate import Candidate
 
-    path, names = planted
-    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    model, reduction, order, cause = started_through_the_command(planted, tmp_path)
     try:
-        assert reduction.start().failing and reduction.cause_method == "reference"
-        order = reduction.best.ordered()
-        cause = next(i for i in order if model.nodes[i].name == names["cause"])
         prefix = Candidate(frozenset(order[: order.index(cause) + 1]))
         before = reduction.counters.checks
         proof = reduction.proof(prefix)
@@ -487,12 +493,8 @@ def test_a_candidate_that_builds_the_model_an_end_search_probe_ran_costs_no_chec
     from reducer import counterfactual
     from reducer.candidate import Candidate
 
-    path, names = planted
-    model, reduction = in_process(path, tmp_path, fp16_check_options())
+    model, reduction, order, cause = started_through_the_command(planted, tmp_path)
     try:
-        assert reduction.start().failing and reduction.cause_method == "reference"
-        order = reduction.best.ordered()
-        cause = next(i for i in order if model.nodes[i].name == names["cause"])
         above = frozenset(order[: order.index(cause)])
         probe = counterfactual.CounterfactualRun("without", above)
         computed = counterfactual.computed(model, probe, reduction._uniform)
