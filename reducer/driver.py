@@ -294,7 +294,8 @@ class Reduction:
                 self._reported_unfaithful.add(tensor)
                 self.progress.message(f"rejected without a check: {reason} (the target cannot hold it)")
             return None
-        content = self._content_key(built, stale_reference)
+        saved = self._as_saved(built)
+        content = self._content_key(built, saved, stale_reference)
         cached = self._by_content.get(content) if use_cache else None
         if cached is not None:
             self.counters.cache_hits += 1
@@ -305,7 +306,7 @@ class Reduction:
         stats.checks += 1
         workdir = self.work_dir / f"check-{self.counters.checks:06d}"
         job = CheckJob(
-            model=self._as_saved(built),
+            model=saved,
             feeds=self._feeds(built, workdir),
             reference=None if stale_reference else {  # edits make the captured values stale
                 name: self.store.load(built.reference_name(name))
@@ -320,13 +321,12 @@ class Reduction:
         )
         return _Pending(key, job, built, content)
 
-    def _content_key(self, built: Materialized, stale_reference: bool) -> str:
+    def _content_key(self, built: Materialized, saved: onnx.ModelProto | ModelBytes, stale_reference: bool) -> str:
         """What a check's verdict depends on besides the oracle: the model's bytes, what feeds its inputs and what its
         outputs are compared with. One node set asked two ways builds the same model: a front cut below the end
         search's last failing probe, as a candidate, is that probe's run (smart-turn: the 42 nodes the probe
         computed, checked again as the origin's candidate); one run answers both."""
         digest = hashlib.blake2b(digest_size=20)
-        saved = self._as_saved(built)
         for piece in saved.pieces if isinstance(saved, ModelBytes) else (saved.SerializeToString(),):
             place = self.model.piece_place(piece)  # the model's own nodes and weights: by where they lie
             digest.update(f"@{place}".encode() if place else b"#%d:" % len(piece))
