@@ -45,15 +45,17 @@ class VerdictCache:
     def get(self, candidate_key: str) -> Verdict | None:
         return self._verdicts.get(self.key(candidate_key))
 
-    def put(self, candidate_key: str, verdict: Verdict) -> None:
+    def put(self, candidate_key: str, verdict: Verdict, on_disk: bool = True) -> None:
         """Keep a verdict, unless it does not last (a check killed from outside, or none judged: a re-run checks
-        it again); never called for the final re-check (Reduction.reverify)."""
+        it again); never called for the final re-check (Reduction.reverify). `on_disk` False: for this process
+        only (a key that means nothing to another)."""
         if not verdict.lasting:
             return
         key = self.key(candidate_key)
         self._verdicts[key] = verdict
-        self._file.write(json.dumps({"key": key, "verdict": verdict.to_json()}) + "\n")
-        self._file.flush()
+        if on_disk:
+            self._file.write(json.dumps({"key": key, "verdict": verdict.to_json()}) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()

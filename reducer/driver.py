@@ -211,9 +211,6 @@ class Reduction:
         self.counters = Counters()
         self.cache = VerdictCache(out_dir / "cache.jsonl", f"{store.key}:{oracle.fingerprint}:{CANDIDATE_FORM}")
         self.work_dir = out_dir / "work"
-        # verdicts by what their model is (_content_key), in memory only: a key names the model's own weights by
-        # where this process holds them
-        self._by_content: dict[str, Verdict] = {}
         self.history_path = out_dir / "history.jsonl"
         self.original: Verdict | None = None
         self.best: Candidate = Candidate(model.original_nodes)
@@ -296,7 +293,7 @@ class Reduction:
             return None
         saved = self._as_saved(built)
         content = self._content_key(built, saved, stale_reference)
-        cached = self._by_content.get(content) if use_cache else None
+        cached = self.cache.get(content) if use_cache else None
         if cached is not None:
             self.counters.cache_hits += 1
             stats.cache_hits += 1
@@ -337,10 +334,10 @@ class Reduction:
         return digest.hexdigest()
 
     def _keep(self, pending: _Pending, verdict: Verdict) -> None:
-        """A check's verdict, cached by what was asked and by what was run."""
+        """A check's verdict, cached by what was asked and by what was run (in memory only: the key of what was run
+        names the model's own nodes and weights by where this process holds them)."""
         self.cache.put(pending.key, verdict)
-        if verdict.lasting:  # as the cache keeps them
-            self._by_content[pending.content] = verdict
+        self.cache.put(pending.content, verdict, on_disk=False)
         pending.verdict = verdict
 
     def _feeds(self, built: Materialized, workdir: Path) -> dict[str, Path]:
@@ -656,7 +653,7 @@ class Reduction:
         if nodes not in self.proofs:
             weights = counterfactual.with_constants(self.model, nodes)
             exact = self._with_readers(weights)  # exact_region(nodes)
-            if self._whole_exact(nodes):
+            if self._whole_exact(exact):
                 proof = Proof(self.cause_method, nodes, holds=True, exact=exact)
             else:
                 proof = counterfactual.judge_runs(self.cause_method, nodes, self.original,
@@ -670,10 +667,9 @@ class Reduction:
             self.proofs[nodes] = proof
         return self.proofs[nodes]
 
-    def _whole_exact(self, nodes: frozenset[int]) -> bool:
-        """Whether the whole model, with `nodes` computed exactly, is the reference itself (a Constant no exact node
-        reads is read by none that computes)."""
-        exact = self._with_readers(counterfactual.with_constants(self.model, nodes))
+    def _whole_exact(self, exact: frozenset[int]) -> bool:
+        """Whether the whole model, with the region `exact` (exact_region) computed exactly, is the reference itself
+        (a Constant no exact node reads is read by none that computes)."""
         return exact | self.model.input_independent >= self.model.flat
 
     def still_fails_with_exact(self, nodes: frozenset[int]) -> bool | None:
@@ -1000,7 +996,7 @@ class Reduction:
         carries the failure by the other parts: riann's input rounding through its GRU, which passes alone, beside
         the x*x of its output's norm, whose own rounding fails alone (computed exactly, 96 of 83 elements left)."""
         failing = self.failing_parts(candidate, verdict)
-        if failing.nodes == candidate.nodes or self._whole_exact(candidate.nodes):
+        if failing.nodes == candidate.nodes or self._whole_exact(self.exact_region(candidate.nodes)):
             # (computed exactly, a candidate may leave the whole model the reference, as `branches`' inlined If does:
             # its proof is no run, so it is taken whole, as the search goes on from it)
             return candidate if self.proof(candidate).holds else None
