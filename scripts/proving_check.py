@@ -11,8 +11,9 @@ candidate and all below it, fed exact inputs, still fail). For scripts/evaluate_
 an option after `--check` that begins as one of its own for its own.)
 
 Exit 1: fails and carries; 0: passes alone, or fails alone without carrying the failure (a bystander); otherwise
-check_candidate's own code. Each run it makes (the candidate's check, and the proof's runs that no earlier
-invocation made: their verdicts are cached beside the log) is a line of the log."""
+check_candidate's own code; 2 also where a file it is given is missing or unreadable. Each run it makes (the
+candidate's check, and the proof's runs that no earlier invocation made: their verdicts are cached beside the log)
+is a line of the log."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def main() -> int:
     parser.add_argument("--atol", type=float, default=1e-5)
     parser.add_argument("--rtol", type=float, default=1e-5)
     args = parser.parse_args()
+    missing = [path for path in (args.candidate, args.tensors, args.original, Path(args.store) / "index.json")
+               if not Path(path).is_file()]
+    if missing:  # said before any run: the log then holds none of this invocation's
+        print(f"proving_check: no such file: {missing[0]}", file=sys.stderr)
+        return 2
 
     flags = ["--runner", args.runner, "--fail-on", args.fail_on, "--atol", str(args.atol), "--rtol", str(args.rtol)]
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_candidate.py"), args.candidate, args.tensors,
@@ -81,5 +87,19 @@ def main() -> int:
     return 1 if holds else 0
 
 
+def _main() -> int:
+    """main, with what it was given wrong (a model onnx cannot read, an activation folder of another model) said in
+    one line, exit 2, as check_candidate says it."""
+    from google.protobuf.message import DecodeError
+
+    from reducer.errors import ReducerError
+
+    try:
+        return main()
+    except (ReducerError, OSError, ValueError, KeyError, DecodeError, onnx.checker.ValidationError) as exc:
+        print(f"proving_check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -60,3 +60,21 @@ def test_a_bystander_fails_alone_but_not_this_check_and_the_cause_does(tmp_path)
     # the first proof: the whole model's run and the bystander's `without` run (the model still fails: nothing
     # more to ask); the second: the cause's `without` and `downstream` runs, the whole model's verdict cached
     assert [r["runs"] for r in runs if r["kind"] == "proof"] == [2, 2]
+
+
+def test_a_missing_or_unreadable_file_is_one_line_and_exit_2(tmp_path):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07not a model")
+    tensors = tmp_path / "tensors.npz"
+    np.savez(tensors, x=np.zeros(1, np.float32))
+    store = tmp_path / "activations"
+    store.mkdir()
+    (store / "index.json").write_text(json.dumps({"key": "k"}))
+    for given in ([str(tmp_path / "absent.onnx"), str(tensors), str(corrupt), str(store)],
+                  [str(corrupt), str(tensors), str(corrupt), str(tmp_path / "no-store")]):
+        done = subprocess.run([sys.executable, str(SCRIPT), *given, str(tmp_path / "runs.jsonl"), *FP16],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "no such file" in done.stderr
+    assert not (tmp_path / "runs.jsonl").exists()  # nothing ran, so nothing is logged
