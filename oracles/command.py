@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -182,22 +183,27 @@ class CheckCancelled(RuntimeError):
 
 
 class RunningChecks:
-    """The checks running now, each with its "cancelled" flag. Once closed, a check that starts is killed as it
-    is registered: the one alongside the reference run may still be saving its model when Ctrl-C closes the
-    oracle, and must not run on, orphaned, after the reduction has ended."""
+    """The checks running now, each with its "cancelled" flag. Once closed, no check starts: the one alongside the
+    reference run may still be saving its model when Ctrl-C closes the oracle, and must not run on, orphaned,
+    after the reduction has ended."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._checks: dict[subprocess.Popen, threading.Event] = {}
         self._closed = False
 
-    def add(self, process: subprocess.Popen) -> threading.Event:
+    def start(self, spawn: Callable[[], subprocess.Popen]) -> tuple[subprocess.Popen, threading.Event]:
+        """spawn() run and registered under the lock: close() waits for a check being started in another thread,
+        and kills it, where the process could otherwise end between the spawn and the registration, leaving it
+        running, orphaned (a Ray worker SIGKILLed while a check was being started alongside the reference run)."""
         cancelled = threading.Event()
         with self._lock:
-            self._checks[process] = cancelled
             if self._closed:
-                _kill_group(process, cancelled)
-        return cancelled
+                cancelled.set()
+                raise CheckCancelled("the reduction is closing: no check starts")
+            process = spawn()
+            self._checks[process] = cancelled
+        return process, cancelled
 
     def remove(self, process: subprocess.Popen) -> None:
         with self._lock:
@@ -219,12 +225,12 @@ def _run(argv: list[str], cwd: Path, timeout: float, running: RunningChecks) -> 
             # an interrupt between the spawn and the wait would leave the check running, orphaned: held back
             # until it is registered (raised then, and the check's group killed below)
             with interrupts.deferred():
-                try:
-                    process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, start_new_session=True)
+                try:  # registered at once: close() may come before the timer starts
+                    process, cancelled = running.start(lambda: subprocess.Popen(
+                        argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True))
                 except OSError as exc:
                     raise UsageError(f"--check: cannot run '{argv[0]}': {exc.strerror}") from None
-                cancelled = running.add(process)  # at once: close() may come before the timer starts
                 # A blocking wait, with a timer to kill: Popen.wait(timeout) polls, adding up to 50 ms a check.
                 timer = threading.Timer(timeout, _kill_group, (process, expired))
                 timer.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -224,8 +225,46 @@ def test_a_check_that_starts_after_the_oracle_closed_is_cancelled_at_once(job, t
     with pytest.raises(CheckCancelled):
         oracle.judge(job)
     assert time.perf_counter() - start < 5
-    pid = int(started.read_text()) if started.exists() else None
-    assert pid is None or not _alive(pid)
+    assert not started.exists()  # not started at all
+
+
+def test_a_process_that_ends_while_a_check_is_being_started_leaves_no_check_running(tmp_path):
+    """The process ends (os._exit) right after closing the oracle, while another thread is between spawning its
+    check and registering it (a Ray worker SIGKILLed, its reduction told by SIGTERM): close() waits for that
+    check to be registered and kills it; it must not run on, orphaned. The window is widened to a second."""
+    pid_file = tmp_path / "pid"
+    script = textwrap.dedent(f"""
+        import os, subprocess, sys, threading, time
+        from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from oracles import command
+        spawn = subprocess.Popen
+
+        def slow_to_return(*args, **kwargs):
+            process = spawn(*args, **kwargs)
+            Path({str(pid_file)!r}).write_text(str(process.pid))
+            time.sleep(1.0)
+            return process
+
+        subprocess.Popen = slow_to_return
+        running = command.RunningChecks()
+        threading.Thread(target=command._run, args=(["sleep", "30"], Path({str(tmp_path)!r}), 60, running),
+                         daemon=True).start()
+        while not Path({str(pid_file)!r}).exists():
+            time.sleep(0.01)
+        running.close()
+        os._exit(0)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = _alive(pid)
+    if alive:
+        os.kill(pid, 9)
+    assert not alive
 
 
 def test_a_command_that_segfaults_is_a_crash(job):

@@ -61,8 +61,18 @@ def test_a_bystander_fails_alone_but_not_this_check_and_the_cause_does(tmp_path)
     # more to ask); the second: the cause's `without` and `downstream` runs, the whole model's verdict cached
     assert [r["runs"] for r in runs if r["kind"] == "proof"] == [2, 2]
 
+    # an original onnx cannot parse, given with a candidate that fails: read only then, and said in one line, exit 2
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07not a model")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "cause.onnx"), str(tensors), str(corrupt),
+                           str(tmp_path / "ref" / "activations"), str(log), *FP16],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1].startswith("proving_check: ")
+    assert [json.loads(line)["kind"] for line in log.read_text().splitlines()][len(runs):] == ["candidate"]
 
-def test_a_missing_or_unreadable_file_is_one_line_and_exit_2(tmp_path):
+
+def test_a_missing_file_is_one_line_and_exit_2(tmp_path):
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"\x08\x07not a model")
     tensors = tmp_path / "tensors.npz"
