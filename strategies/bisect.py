@@ -23,7 +23,8 @@ Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; return
 
 
 def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[int, ...] = (),
-            narrow: Callable[[Candidate, frozenset[int]], frozenset[int] | None] | None = None) -> Cut:
+            narrow: Callable[[Candidate, frozenset[int]], frozenset[int] | None] | None = None,
+            tidy: Callable[[int], int] | None = None) -> Cut:
     """Search of how many nodes can go from one end of the topological order: binary with one check at
     a time; with `ways` checks at once (--jobs), each step probes `ways` cut points, most removed first,
     splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks).
@@ -31,7 +32,8 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
     `narrow(failing, passing)`: a smaller node set worth one check once a probe fails, given the largest probe known
     to pass (where the failure shows); taken, the search goes on within it: each probe keeps only its nodes, a
     probe that would keep all of them is known to fail and one that would keep none is known not to (neither is
-    checked)."""
+    checked). `tidy(cut)`: a larger cut that fails exactly where `cut` does (it removes only what shows the same
+    values), probed in its place; where it reaches a cut known to pass, `cut` is known to pass too."""
     nodes = current.ordered()
     inside = current.nodes  # what a probe may keep: narrowed, the accepted smaller set
     removable, too_many = 0, len(nodes)  # removing `removable` is known to fail; all is empty
@@ -43,6 +45,13 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
             cuts, hints = sorted(hints[:ways], reverse=True), hints[ways:]
         else:
             cuts = sorted({removable + gap * k // (ways + 1) for k in range(1, ways + 1)} - {removable}, reverse=True)
+        if tidy is not None:
+            tidied = {cut: tidy(cut) for cut in cuts}
+            passing = [cut for cut, t in tidied.items() if t >= too_many]
+            if passing:  # it shows what a cut known to pass shows: it passes, unchecked
+                too_many = min(passing)
+                continue
+            cuts = sorted(set(tidied.values()), reverse=True)
         kept = [inside & frozenset(nodes[cut:] if from_front else nodes[: len(nodes) - cut]) for cut in cuts]
         known = [(cut, bool(k)) for cut, k in zip(cuts, kept, strict=True) if not k or k == current.nodes]
         if known:  # settled without a check: narrowed, the cut removes nothing of it, or all of it
@@ -88,7 +97,8 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
     if named:
         hints += ending_at(nodes, nodes.index(named[-1]), NAMED_STEPS)
     current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints,
-                                 narrow=lambda failing, passing: failing_cone(failing, passing, context))
+                                 narrow=lambda failing, passing: failing_cone(failing, passing, context),
+                                 tidy=past_trailing_reshapes(nodes, context, current) if context.proves_cause else None)
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
@@ -102,6 +112,36 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
             if winner is not None:
                 current = batch[winner]
     return current
+
+
+RESHAPES = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"})
+
+
+def past_trailing_reshapes(nodes: list[int], context: SearchContext, current: Candidate) -> Callable[[int], int]:
+    """For a numeric failure: a prefix that ends on a node that only reshapes a tensor it computes and no other node of
+    it reads fails exactly where the prefix without that node does, since the tensor, then read by a node left out
+    only, is shown instead: the same values in another shape. The cut past such nodes, so that a failing prefix does
+    not keep them (riann: its GRU's Squeeze). Not where another node of the prefix reads the tensor: the prefix
+    without the reshape does not show it (captcha-whisperer's Unsqueezes of hidden states the next cell reads)."""
+    model = context.model
+    position = {node: k for k, node in enumerate(nodes)}
+
+    def shows_alone(index: int, kept: int) -> bool:
+        node = model.nodes[index]
+        if node.op_type not in RESHAPES or node.domain not in ("", "ai.onnx") or not node.input:
+            return False
+        producer = model.producer_in(node.input[0], current.nodes)
+        return producer is not None and not any(
+            reader != index and position.get(reader, kept) < kept and node.input[0] in model.node_reads[reader]
+            for reader in model.dag.successors(producer))
+
+    def tidy(cut: int) -> int:
+        kept = len(nodes) - cut
+        while kept > 1 and shows_alone(nodes[kept - 1], kept):
+            kept -= 1
+        return len(nodes) - kept
+
+    return tidy
 
 
 def ending_at(nodes: list[int], end: int, past: tuple[int, ...] = ()) -> tuple[int, ...]:

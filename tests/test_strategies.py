@@ -147,6 +147,59 @@ def test_prefix_then_suffix_is_bisect_in_the_same_checks(tmp_path):
     assert (final, prefix_calls + suffix_calls) == drive(bisect, start, fails, context)
 
 
+def test_a_numeric_failures_prefix_never_ends_on_a_reshape_of_what_it_computes(tmp_path):
+    """Each Sin is followed by a Transpose of its output. A prefix ending on that Transpose shows the Sin's values in
+    another shape, as the prefix without it does (the Sin's output, read by a node left out, is shown): for a numeric
+    failure, whose cause is proven, no probe ends there, and the result is the same in no more checks. riann's
+    budget ended its search on a prefix ending on its GRU's Squeeze: one node more than the cause."""
+    nodes = []
+    for k in range(16):
+        nodes += [helper.make_node("Sin", [f"t{k - 1}" if k else "x"], [f"s{k}"], name=f"s{k}"),
+                  helper.make_node("Transpose", [f"s{k}"], [f"t{k}"], name=f"t{k}")]
+    graph = helper.make_graph(nodes, "sin_transpose", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("t15", TensorProto.FLOAT, [2, 2])])
+    path = tmp_path / "sin_transpose.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(path)
+    (prefix,) = make_strategies(["prefix"])
+    start = Candidate(frozenset(range(len(model))))
+    for cause in (9, 4, 13):  # s9, s4, s13: where the failure starts
+        results = {}
+        for proven in (False, True):
+            ends: list[str] = []
+
+            def fails(candidate: Candidate, ends: list[str] = ends, cause: int = cause) -> bool:
+                ends.append(model.nodes[max(candidate.nodes)].op_type)
+                return 2 * cause in candidate.nodes
+
+            final, calls = drive(prefix, start, fails, SearchContext(model, (), proves_cause=proven))
+            results[proven] = (final.nodes, calls, ends)
+        assert results[True][0] == results[False][0] == frozenset({2 * cause})
+        assert "Transpose" not in results[True][2] and "Transpose" in results[False][2]
+        assert results[True][1] <= results[False][1]
+
+
+def test_a_prefix_ending_on_a_reshape_of_what_another_of_its_nodes_reads_is_probed_as_it_is(tmp_path):
+    """Each Transpose comes after the next Sin, which reads what it reshapes (captcha-whisperer's Unsqueezes of the
+    hidden states the next cell reads): without the Transpose, the prefix would not show those values at all."""
+    from strategies.bisect import past_trailing_reshapes
+
+    names = ["s0"] + [name for k in range(1, 8) for name in (f"s{k}", f"t{k - 1}")]
+    made = {f"s{k}": helper.make_node("Sin", [f"s{k - 1}" if k else "x"], [f"s{k}"], name=f"s{k}") for k in range(8)}
+    made |= {f"t{k}": helper.make_node("Transpose", [f"s{k}"], [f"t{k}"], name=f"t{k}") for k in range(7)}
+    graph = helper.make_graph([made[name] for name in names], "read_twice",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info(f"t{k}", TensorProto.FLOAT, [2, 2]) for k in range(7)])
+    path = tmp_path / "read_twice.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(path)
+    current = Candidate(frozenset(range(len(model))))
+    nodes = current.ordered()
+    tidy = past_trailing_reshapes(nodes, SearchContext(model, (), proves_cause=True), current)
+    ends_on_transpose = [len(nodes) - k - 1 for k, n in enumerate(nodes) if model.nodes[n].op_type == "Transpose"]
+    assert ends_on_transpose and all(tidy(cut) == cut for cut in ends_on_transpose)
+
+
 def two_directions_model(tmp_path, length: int, interleaved: bool = True):
     """Two chains from one input, joined at the end, as a bidirectional LSTM's directions are: interleaved in
     the topological order (f0, b0, f1, b1, ...) or one after the other; a prefix ending in the backward one holds
