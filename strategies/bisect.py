@@ -24,7 +24,7 @@ Cut = Generator["list[Candidate]", "int | None", Candidate]  # proposals; return
 
 def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[int, ...] = (),
             narrow: Callable[[Candidate, frozenset[int]], frozenset[int] | None] | None = None,
-            tidy: Callable[[int], int] | None = None) -> Cut:
+            tidy: Callable[[int, frozenset[int]], int] | None = None) -> Cut:
     """Search of how many nodes can go from one end of the topological order: binary with one check at
     a time; with `ways` checks at once (--jobs), each step probes `ways` cut points, most removed first,
     splitting what is left into ways + 1 parts (fewer steps, so less wall time, for a few more checks).
@@ -32,8 +32,8 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
     `narrow(failing, passing)`: a smaller node set worth one check once a probe fails, given the largest probe known
     to pass (where the failure shows); taken, the search goes on within it: each probe keeps only its nodes, a
     probe that would keep all of them is known to fail and one that would keep none is known not to (neither is
-    checked). `tidy(cut)`: a larger cut that fails exactly where `cut` does (it removes only what shows the same
-    values), probed in its place; where it reaches a cut known to pass, `cut` is known to pass too."""
+    checked). `tidy(cut, inside)`: a larger cut that fails exactly where `cut` does (it removes only what shows the
+    same values), probed in its place; where it reaches a cut known to pass, `cut` is known to pass too."""
     nodes = current.ordered()
     inside = current.nodes  # what a probe may keep: narrowed, the accepted smaller set
     removable, too_many = 0, len(nodes)  # removing `removable` is known to fail; all is empty
@@ -46,7 +46,7 @@ def cut_end(current: Candidate, from_front: bool, ways: int = 1, hints: tuple[in
         else:
             cuts = sorted({removable + gap * k // (ways + 1) for k in range(1, ways + 1)} - {removable}, reverse=True)
         if tidy is not None:
-            tidied = {cut: tidy(cut) for cut in cuts}
+            tidied = {cut: tidy(cut, inside) for cut in cuts}
             passing = [cut for cut, t in tidied.items() if t >= too_many]
             if passing:  # it shows what a cut known to pass shows: it passes, unchecked
                 too_many = min(passing)
@@ -98,7 +98,7 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
         hints += ending_at(nodes, nodes.index(named[-1]), NAMED_STEPS)
     current = yield from cut_end(current, from_front=False, ways=context.parallel, hints=hints,
                                  narrow=lambda failing, passing: failing_cone(failing, passing, context),
-                                 tidy=past_trailing_reshapes(nodes, context, current) if context.proves_cause else None)
+                                 tidy=past_trailing_reshapes(nodes, context) if context.proves_cause else None)
     if len(current) < before:
         last = max(current.nodes)
         graph = context.model.dag.subgraph(current.nodes)
@@ -117,7 +117,7 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
 RESHAPES = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"})
 
 
-def past_trailing_reshapes(nodes: list[int], context: SearchContext, current: Candidate) -> Callable[[int], int]:
+def past_trailing_reshapes(nodes: list[int], context: SearchContext) -> Callable[[int, frozenset[int]], int]:
     """For a numeric failure: a prefix that ends on a node that only reshapes a tensor it computes and no other node of
     it reads fails exactly where the prefix without that node does, since the tensor, then read by a node left out
     only, is shown instead: the same values in another shape. The cut past such nodes, so that a failing prefix does
@@ -126,18 +126,20 @@ def past_trailing_reshapes(nodes: list[int], context: SearchContext, current: Ca
     model = context.model
     position = {node: k for k, node in enumerate(nodes)}
 
-    def shows_alone(index: int, kept: int) -> bool:
+    def shows_alone(index: int, kept: int, inside: frozenset[int]) -> bool:
+        """Whether the probe keeping `inside`'s nodes among the first `kept` shows the same values without this one,
+        a reshape it keeps."""
         node = model.nodes[index]
-        if node.op_type not in RESHAPES or node.domain not in ("", "ai.onnx") or not node.input:
+        if index not in inside or node.op_type not in RESHAPES or node.domain not in ("", "ai.onnx") or not node.input:
             return False
-        producer = model.producer_in(node.input[0], current.nodes)
+        producer = model.producer_in(node.input[0], inside)
         return producer is not None and not any(
-            reader != index and position.get(reader, kept) < kept and node.input[0] in model.node_reads[reader]
-            for reader in model.dag.successors(producer))
+            reader != index and reader in inside and position.get(reader, kept) < kept
+            and node.input[0] in model.node_reads[reader] for reader in model.dag.successors(producer))
 
-    def tidy(cut: int) -> int:
+    def tidy(cut: int, inside: frozenset[int]) -> int:
         kept = len(nodes) - cut
-        while kept > 1 and shows_alone(nodes[kept - 1], kept):
+        while kept > 1 and shows_alone(nodes[kept - 1], kept, inside):
             kept -= 1
         return len(nodes) - kept
 
