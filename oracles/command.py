@@ -196,13 +196,11 @@ class RunningChecks:
         """spawn() run and registered under the lock: close() waits for a check being started in another thread,
         and kills it, where the process could otherwise end between the spawn and the registration, leaving it
         running, orphaned (a Ray worker SIGKILLed while a check was being started alongside the reference run)."""
-        cancelled = threading.Event()
         with self._lock:
             if self._closed:
-                cancelled.set()
                 raise CheckCancelled("the reduction is closing: no check starts")
             process = spawn()
-            self._checks[process] = cancelled
+            self._checks[process] = cancelled = threading.Event()
         return process, cancelled
 
     def remove(self, process: subprocess.Popen) -> None:

@@ -774,9 +774,10 @@ def _finite_max_abs(values: np.ndarray) -> float:
 
 
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
+# ops that hand on every value of their input once, in another shape: read in their place, their input shows the same
+RESHAPES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 # ops that move or pick values as they are: computed at any precision, their output is their input's
-MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split", "Slice",
-                   "Gather", "GatherElements", "GatherND", "Expand", "Tile"})
+MOVES = RESHAPES | {"Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile"}
 # ops that write their updates' values into a copy of their data, as they are, unless told to add or multiply them
 SCATTERS = frozenset({"Scatter", "ScatterElements", "ScatterND"})
 # ops that select among their inputs' values (or negate one): rounding is monotone and symmetric, so computed

@@ -11,6 +11,7 @@ import networkx as nx
 
 from reducer.candidate import Candidate
 from reducer.counterfactual import feeding
+from reducer.model import RESHAPES
 from strategies.base import SearchContext
 from strategies.localize import grown, with_producers
 
@@ -112,9 +113,6 @@ def shortest_failing_prefix(current: Candidate, context: SearchContext) -> Cut:
             if winner is not None:
                 current = batch[winner]
     return current
-
-
-RESHAPES = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"})
 
 
 def past_trailing_reshapes(nodes: list[int], context: SearchContext) -> Callable[[int, frozenset[int]], int]:
