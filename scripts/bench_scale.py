@@ -36,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_big_model import _high_water  # noqa: E402  (one reader of /proc's VmHWM for the benchmarks)
+from evaluate import polygraphy_argv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
@@ -309,7 +310,7 @@ def run_polygraphy(model: Path, inputs: Path, work: Path, limit: float) -> dict:
     layerwise = _layerwise_npz(model, inputs, cwd)
     check = [sys.executable, str(CHECK_SCRIPT), "polygraphy_debug.onnx", str(layerwise), "--runner", RUNNER,
              "--fail-on", "nan"]
-    argv = ["polygraphy", "debug", "reduce", str(model), "-o", "reduced.onnx", "--mode=bisect",
+    argv = [*polygraphy_argv(), "debug", "reduce", str(model), "-o", "reduced.onnx", "--mode=bisect",
             "--load-inputs", "inputs.json", "--fail-code", "1", "--check", *check]
     start = time.perf_counter()
     with open(cwd / "log.txt", "w") as log:
@@ -536,6 +537,8 @@ def main() -> int:
     parser.add_argument("--note", default="", help="a line about the conditions (e.g. other work running)")
     parser.add_argument("--profile", metavar="KIND:NODES", help="profile one reduction instead")
     args = parser.parse_args()
+    if not args.no_polygraphy:
+        polygraphy_argv()  # said before any run
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     try:
         if args.profile:

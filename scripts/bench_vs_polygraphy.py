@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import onnx
+from evaluate import polygraphy_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -72,7 +73,7 @@ def builtin_flags(entry: dict) -> list[str]:
 
 def run_polygraphy(entry: dict, command: list[str], work: Path) -> dict:
     cwd = Path(tempfile.mkdtemp(dir=work))
-    argv = ["polygraphy", "debug", "reduce", str(CORPUS / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
+    argv = [*polygraphy_argv(), "debug", "reduce", str(CORPUS / entry["model"]), "-o", "reduced.onnx", "--mode=bisect",
             "--load-inputs", str(work / "model_inputs.json"), "--fail-code", "1", "--check", *command]
     seconds, output, code = timed(argv, cwd)
     if code != 0 or not (cwd / "reduced.onnx").exists():
@@ -120,6 +121,7 @@ def main() -> int:
     parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--note", default="", help="a line about the conditions (e.g. other work running)")
     args = parser.parse_args()
+    polygraphy_argv()  # said before any run
     # Both tools as installed: pip byte-compiles Polygraphy at install, but an editable checkout of ours is
     # compiled again at every start where PYTHONDONTWRITEBYTECODE is set (as on the benchmark machine).
     import compileall

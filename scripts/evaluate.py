@@ -138,9 +138,19 @@ def check_flags(entry: dict) -> list[str]:
     return ["--fail-code", "1", *(["--fail-regex", entry["fail_regex"]] if entry.get("fail_regex") else [])]
 
 
+def polygraphy_argv() -> list[str]:
+    """The `polygraphy` console script installed beside this Python (a virtual environment's, whether or not its
+    folder is on PATH), else the one on PATH; without either, the script stops with one line before any work."""
+    beside = Path(sys.executable).parent / "polygraphy"
+    found = str(beside) if beside.is_file() else shutil.which("polygraphy")
+    if not found:
+        raise SystemExit("polygraphy is not installed beside this Python nor on PATH (pip install polygraphy)")
+    return [found]
+
+
 def run_polygraphy(entry: dict, command: list[str], given: Path, tensors: Path, work: Path, timeout: float) -> dict:
     cwd = Path(tempfile.mkdtemp(dir=work))
-    argv = ["polygraphy", "debug", "reduce", entry["model"], "-o", "reduced.onnx", "--mode=bisect",
+    argv = [*polygraphy_argv(), "debug", "reduce", entry["model"], "-o", "reduced.onnx", "--mode=bisect",
             "--load-inputs", str(given), *check_flags(entry), "--check", *command]
     # its temporary files (a copy of each candidate, tmp_polygraphy_*.onnx, tens of MB) go in the row's folder, which
     # is removed after the row: in the system's temporary folder they stay after it exits
@@ -426,6 +436,7 @@ def main() -> int:
     parser.add_argument("--manifest", default=str(MANIFEST),
                         help="another set in the same format (its models and inputs relative to its folder)")
     args = parser.parse_args()
+    polygraphy_argv()  # said before any row runs
     manifest = Path(args.manifest).resolve()
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)

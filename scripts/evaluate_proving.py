@@ -53,6 +53,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--runner", help="every entry under this runner instead of its own (onnxruntime:cuda:fp16)")
     args = parser.parse_args()
+    evaluate.polygraphy_argv()  # said before any row runs
 
     entries = json.loads(args.manifest.read_text())
     entries = entries if isinstance(entries, list) else entries.get("entries", entries)

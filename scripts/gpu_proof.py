@@ -37,6 +37,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from evaluate import polygraphy_argv  # noqa: E402
+
 CHECK_SCRIPT = ROOT / "scripts" / "check_candidate.py"
 
 # runner, --fail-on, atol/rtol (None: the corpus entry's, else 1e-3)
@@ -201,7 +203,7 @@ def reduce_one(case: dict, out: Path, timeout: float) -> dict:
     cwd.mkdir()
     start = time.perf_counter()
     try:
-        done = subprocess.run(["polygraphy", "debug", "reduce", str(entry["model"]), "-o", "reduced.onnx",
+        done = subprocess.run([*polygraphy_argv(), "debug", "reduce", str(entry["model"]), "-o", "reduced.onnx",
                                "--mode=bisect", "--load-inputs", str(given), "--fail-code", "1", "--check", *command],
                               cwd=cwd, capture_output=True, text=True, timeout=timeout)
         import onnx
@@ -360,6 +362,7 @@ def main() -> int:
     parser.add_argument("--explore", action="append", default=[], metavar="RUNNER/FAIL_ON[/TOL]",
                         help="explore these instead of the GPU set (e.g. onnxruntime:cpu:fp16-storage/nan)")
     args = parser.parse_args()
+    polygraphy_argv()  # said before any case runs
     out = Path(args.out)
     (out / "work").mkdir(parents=True, exist_ok=True)
     deadline = time.perf_counter() + args.deadline
