@@ -97,9 +97,9 @@ FP16_SMALLEST_NORMAL = 2.0 ** -14  # below it fp16 keeps fewer bits, and rounds 
 
 def small_cause(nodes: int) -> int:
     """A proven cause (a shown overflow's onset, a NaN/Inf's onset its check counted, an error's repro raising its
-    message) this small ends the default search: confirming 1-minimality costs about a check per node, more than
-    another bisection of the whole model, for a node or two less (--minimal goes on). PP-OCRv5 rec (746 nodes)
-    spent 5 more checks to confirm its 9."""
+    message) this small ends the default search once the turn that found it is over: confirming 1-minimality costs
+    about a check per node, more than another bisection of the whole model, for a node or two less (--minimal goes
+    on). PP-OCRv5 rec (746 nodes) spent 5 more checks to confirm its 9."""
     return max(3, nodes.bit_length())
 
 
@@ -819,6 +819,7 @@ class Reduction:
                                 self.near_zero)
         proposals = strategy.search(self.best, context)
         trimmed = False  # a candidate taken this turn was cut to its failing parts (failing_parts)
+        small = False  # a small proven cause was taken this turn: the search ends with the turn
         try:
             batch = next(proposals)
             while True:
@@ -858,20 +859,26 @@ class Reduction:
                     stats.nodes_removed += self.size(self.best) - self.size(candidate)
                     self._accept(candidate, verdict, strategy.name)
                     context.failing_outputs = self._steering_outputs(verdict)
-                    if self.check_budget is not None and 1 < self.size(candidate) <= small_cause(len(self.model)) and (
-                            self.proves_cause or self.overflow_region or not self._numeric
-                            or self._one_onset(candidate)):
-                        raise SearchStopped("small")
+                    # the turn goes on: a bisection interrupted here keeps up to twice the nodes its last few probes
+                    # would (minimol: the 8-node prefix ends the search, its next probe the 4 nodes that carry it)
+                    small = small or (self.check_budget is not None
+                                      and 1 < self.size(candidate) <= small_cause(len(self.model))
+                                      and (self.proves_cause or self.overflow_region or not self._numeric
+                                           or self._one_onset(candidate)))
                     trimmed = trimmed or candidate.nodes != self._constants_as_weights(batch[winner]).nodes
                 batch = proposals.send(winner)
         except StopIteration:
-            return self._end_turn(strategy, budget, nodes_before, finished=True)
+            finished = True
         except _TurnOver:
             stats.cut_short += 1
-            return self._end_turn(strategy, budget, nodes_before, finished=False)
+            finished = False
         finally:
             proposals.close()
             stats.seconds += time.perf_counter() - started
+        finished = self._end_turn(strategy, budget, nodes_before, finished=finished)
+        if small:
+            raise SearchStopped("small")
+        return finished
 
     def _steering_outputs(self, verdict: Verdict) -> tuple[str, ...]:
         """The failing outputs the strategies search by (cone, regions): the built-in checks'. A command's, where it

@@ -499,6 +499,38 @@ def test_a_pad_computes_nothing_only_where_fp16_holds_what_it_pads_with(tmp_path
     assert not model.moves_or_selects(0) and model.computes_nothing == {0}
 
 
+FOUR_TOGETHER_CHECK = """import sys
+import onnx
+graph = onnx.load(sys.argv[1]).graph
+reads = {node.name: set(node.input) for node in graph.node}
+# a target whose fused kernel for s100..s103 drifts: it fails wherever it computes all four, one from the other
+sys.exit(1 if all(f"t{k - 1}" in reads.get(f"s{k}", ()) for k in range(101, 104)) and "s100" in reads else 0)
+"""
+
+
+def test_a_small_proven_cause_found_midway_through_a_bisection_is_bisected_to_its_end(tmp_path):
+    """A chain of 130 Sins, of which four (s100..s103) fail only together, at a stand-in target: the origin's front cut
+    is s100 and all below it (30 nodes, proven by the end search's probes), and the prefix search's second probe, 8 of
+    them, is a proven cause within the small size, which ends the default search. It ends with the turn that found it,
+    not there: the bisection's last probes halve it (8 nodes in 17 checks before, the 4 in 20 now; minimol: 8 nodes
+    before, the GELU's 4 now, as Polygraphy's made to prove)."""
+    from reducer.driver import default_budget
+
+    nodes = [helper.make_node("Sin", ["x" if k == 0 else f"t{k - 1}"], [f"t{k}"], name=f"s{k}") for k in range(130)]
+    graph = helper.make_graph(nodes, "sins", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("t129", TensorProto.FLOAT, [1, 8])])
+    path = tmp_path / "sins.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    np.savez(path.with_suffix(".npz"), x=np.random.default_rng(3).uniform(0.3, 1.0, (1, 8)).astype(np.float32))
+    (tmp_path / "four.py").write_text(FOUR_TOGETHER_CHECK)
+    report = reduce(tmp_path, path, "--fail-code", "1", "--check", sys.executable, str(tmp_path / "four.py"),
+                    "{model}")
+    kept = kept_names(tmp_path)
+    assert kept == ["s100", "s101", "s102", "s103"], kept
+    assert report["cause"]["holds"] and report["cause"]["method"] == "reference", report["cause"]
+    assert report["checks"] <= 20 < default_budget(130), report["checks"]
+
+
 def test_a_repro_leaves_out_the_moves_at_its_front(tmp_path):
     """openWakeWord's embedding (evaluation set, fetched from its wheel on first use) fails in fp16 at 1e-2 from its
     first Conv and BatchNormalization; the BatchNormalization alone does not fail, so the repro is the prefix that
