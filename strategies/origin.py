@@ -20,7 +20,7 @@ that leaves out the branches beside it (a quarter of the cut or more), the small
 proof is the search's own last probe, so it costs nothing more. The prefix is tried before
 the second search only where the budget might end that search first. A region of more than SPREAD_NODES nodes
 ends the default search (Settled): no stretch of the order markedly shorter carries the failure; it is tried
-first without the moves at its edges, which fed the reference compute it exactly. Where that
+first without the moves at its edges, which compute it exactly where the proof feeds the reference. Where that
 stretch holds parts that share no computed tensor (parallel branches, each with an error of its own), each part is
 first cut to as many computing nodes as the first part keeps, and tried (one run, then its check). Numeric
 failures whose cause is proven only (the driver answers Exact only then); about log2(n) checks for the end,
