@@ -357,7 +357,7 @@ def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.Mo
         if node is not None and info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
             # an exact node's output went through the converter's Cast to fp16 (for fp16 readers, or seeing none):
             # its readers keep that, the output is the exact value itself
-            exact_source = node.input[0] if (_cast_target(node) == onnx.TensorProto.FLOAT16
+            exact_source = node.input[0] if (cast_target(node) == onnx.TensorProto.FLOAT16
                                              and node.input[0] in exact_writes) else None
             inner = f"{node.name}_cast_to_{info.name}"  # the converter's own names
             node.output[list(node.output).index(info.name)] = inner
@@ -378,9 +378,9 @@ def _skip_round_trips(graph: onnx.GraphProto, exact: set[str]) -> None:
 
     exact_writes = {name for node in graph.node if node.name in exact for name in node.output}
     narrowed = {node.output[0]: node.input[0] for node in graph.node
-                if _cast_target(node) == onnx.TensorProto.FLOAT16 and node.input[0] in exact_writes}
+                if cast_target(node) == onnx.TensorProto.FLOAT16 and node.input[0] in exact_writes}
     widened = {node.output[0]: narrowed[node.input[0]] for node in graph.node
-               if _cast_target(node) == onnx.TensorProto.FLOAT and node.input[0] in narrowed}
+               if cast_target(node) == onnx.TensorProto.FLOAT and node.input[0] in narrowed}
     for node in graph.node:
         for position, name in enumerate(node.input):
             if name in widened:
@@ -410,7 +410,7 @@ def _split_shared_weights(graph: onnx.GraphProto, blocked: set[str]) -> None:
             node.input[:] = [copies[name].name if name in copies else name for name in node.input]
 
 
-def _cast_target(node: onnx.NodeProto) -> int | None:
+def cast_target(node: onnx.NodeProto) -> int | None:
     """The type a Cast casts to (None for any other node)."""
     return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
 

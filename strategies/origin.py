@@ -33,6 +33,7 @@ from collections.abc import Callable, Generator
 
 import networkx as nx
 
+from oracles.onnxruntime_runner import cast_target
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES, downstream, feeding
 from reducer.model import Model
@@ -274,15 +275,24 @@ def without_leading_moves(prefix: list[int], context: SearchContext, current: Ca
     and only crowd a vendor's repro), nor the Constants only those read. Its `without` run, feeding the reference,
     is the prefix's own (those nodes feed only nodes fed the reference); its `downstream` run is one more check."""
     model = context.model
-    moved: set[int] = set()
-    for node in prefix:  # in order: a node's producers come first
-        feeders = (model.producer_in(name, current.nodes) for name in model.node_reads[node])
-        if node in model.computes_nothing and all(
-                p is None or p in moved or p in model.input_independent for p in feeders):
-            moved.add(node)
+    moved = _moves_at_front(model, prefix, current.nodes, lambda index: index in model.computes_nothing,
+                           lambda name: True)
     computing = [node for node in prefix if node not in moved and node not in model.input_independent]
     # with the Constants (and what computes from them alone) that those nodes read
     return grown(feeding(model, computing, frozenset(prefix) - moved), context, current)
+
+
+def _moves_at_front(model: Model, order: list[int], writers: frozenset[int], moves: Callable[[int], bool],
+                   outside: Callable[[str], bool]) -> set[int]:
+    """The nodes of `order` (topological) for which `moves` holds that read only Constants, what such nodes before
+    them write, and tensors that no node of `writers` writes and `outside` accepts."""
+    moved: set[int] = set()
+    for node in order:  # in order: a node's producers come first
+        feeders = ((name, model.producer_in(name, writers)) for name in model.node_reads[node])
+        if moves(node) and all(outside(name) if p is None else p in moved or p in model.input_independent
+                               for name, p in feeders):
+            moved.add(node)
+    return moved
 
 
 def without_edge_moves(region: frozenset[int], context: SearchContext, current: Candidate) -> frozenset[int]:
@@ -294,42 +304,26 @@ def without_edge_moves(region: frozenset[int], context: SearchContext, current: 
     model = context.model
 
     def moves(index: int) -> bool:
-        return index in model.computes_nothing or _casts_to_its_own_type(model, index)
+        if index in model.computes_nothing:
+            return True
+        node = model.nodes[index]
+        target = cast_target(node)
+        read = model.value_type(node.input[0]) if target is not None and node.input else None
+        return read is not None and read.tensor_type.elem_type == target
 
     order = sorted(region - model.input_independent)
-    dropped: set[int] = set()
-
-    def exact(name: str, writers: frozenset[int], allowed) -> bool:
-        """Whether a read is exact in the region's proof: a Constant, or written by `allowed` (a graph input
-        where `writers` holds no writer)."""
-        writer = model.producer_in(name, writers)
-        if not name or name in model.initializers or writer in model.input_independent:
-            return True
-        return allowed(name, writer)
-
-    for node in order:  # the front, in order: a node's producers come first
-        if moves(node) and all(exact(name, region, lambda n, w: w in dropped if w is not None
-                                     else n in model.graph_inputs) for name in model.node_reads[node]):
-            dropped.add(node)
+    dropped = _moves_at_front(model, order, region, moves,
+                             lambda name: not name or name in model.graph_inputs or name in model.initializers)
     for node in reversed(order):  # the back, from the end: a node's readers come first
-        if node in dropped or not moves(node):
+        if node in dropped or not moves(node) or any(
+                reader in region and reader not in dropped for reader in model.dag.successors(node)):
             continue
-        kept = region - dropped - {node}
-        if any(name in model.node_reads[reader] for reader in kept for name in model.node_writes[node]):
-            continue
-        if all(exact(name, region, lambda n, w: w is not None and w not in dropped) for name in model.node_reads[node]):
+        writers = [model.producer_in(name, region) for name in model.node_reads[node]
+                   if name and name not in model.initializers]
+        if all(writer is not None and writer not in dropped for writer in writers):
             dropped.add(node)
     sinks = [node for node in order if node not in dropped]
     return grown(feeding(model, sinks, region - dropped), context, current)
-
-
-def _casts_to_its_own_type(model: Model, index: int) -> bool:
-    node = model.nodes[index]
-    if node.op_type != "Cast" or not node.input:
-        return False
-    read = model.value_type(node.input[0])
-    to = next((attr.i for attr in node.attribute if attr.name == "to"), None)
-    return read is not None and read.tensor_type.elem_type == to
 
 
 def parallel_tails(region: frozenset[int], context: SearchContext) -> frozenset[int] | None:
