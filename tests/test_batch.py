@@ -118,12 +118,22 @@ def _reductions_running(run_dir: Path) -> list[int]:
     return found
 
 
-def _no_reductions_left(run_dir: Path, within: float = 30) -> list[int]:
-    # alone it ends at once; one CI run on a loaded 2-core machine saw one still there after 10 s
+def _no_reductions_left(run_dir: Path, within: float = 30) -> list[str]:
+    """Those still running after `within` seconds, each as "pid (state, parent): command line", so that a failure
+    says which process outlived the batch: alone it ends at once; one CI run on a loaded 2-core machine saw one
+    still there after 10 s, and one run here beside two reductions after 30 s."""
     deadline = time.monotonic() + within
     while _reductions_running(run_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return _reductions_running(run_dir)
+    left = []
+    for pid in _reductions_running(run_dir):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # it ended meanwhile
+        left.append(f"{pid} ({fields[0]}, parent {fields[1]}): {b' '.join(words).decode(errors='replace')}")
+    return left
 
 
 # --- the signature of a repro (in-process: pure functions) ---------------------------------------------------
