@@ -191,9 +191,11 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
     if cause and cause.get("keep_fp32_refused"):
         lines.append(f"Not kept in fp32: {cause['keep_fp32_refused']} (so the proof fed the reference instead).")
     if cause and cause.get("bystanders"):
-        first = cause["bystanders"][0]
-        lines.append(f"{len(cause['bystanders'])} smaller candidate(s) failed alone but did not carry the failure "
-                     f"(bystanders), e.g. {', '.join(first['nodes'][:3])}: {first['in_words']}.")
+        first, count = cause["bystanders"][0], len(cause["bystanders"])
+        size = first.get("node_count", len(first["nodes"]))
+        lines.append(f"{count} smaller candidate{'s' if count > 1 else ''} failed alone but did not carry the failure "
+                     f"({'bystanders; the first' if count > 1 else 'a bystander'}, {size} "
+                     f"node{'s' if size > 1 else ''}): {first['in_words']}.")
     if cause and cause.get("spread"):
         lines.append("No smaller subgraph was found that carries the failure: **the error is spread across these "
                      "nodes**.")

@@ -119,6 +119,12 @@ def test_a_bystander_is_never_the_result(planted, tmp_path):
     assert report["cause"]["holds"]
     bystanders = report["cause"]["bystanders"]
     assert bystanders and any(f"{names['bystander']} (Conv)" in b["nodes"] for b in bystanders)
+    # report.md says it once, in words: how many, the first one's size, its nodes and what its proof left
+    (line,) = [line for line in (tmp_path / "out" / "bundle" / "report.md").read_text().splitlines()
+               if "did not carry the failure" in line]
+    first = bystanders[0]
+    assert line.count(first["nodes"][0]) == 1, line
+    assert f"{first['node_count']} node" in line and "the whole model still fails" in line, line
 
 
 def test_without_the_proof_the_bystander_slips_through(planted, tmp_path):
