@@ -447,6 +447,7 @@ def split_check_command(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> None:
     original = argv
     argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
     try:
         if original is None:  # the program itself: SIGTERM ends it as Ctrl-C does (not a caller's in-process call)
             interrupts.install()
@@ -456,7 +457,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.ClickException as exc:  # usage errors: one line, exit 2
-        click.echo(f"onnx-reduce: error: {exc.format_message()}", err=True)
+        message = exc.format_message()
+        given = [t for t in command if t in getattr(getattr(exc, "param", None), "opts", ())]
+        if isinstance(exc, click.MissingParameter) and given:  # it went to the command: --check ends the options
+            message += f" ('{given[0]}' is there, after --check: all after it is the check command; put --check last)"
+        click.echo(f"onnx-reduce: error: {message}", err=True)
         code = errors.EXIT_BAD_INPUT
     except click.Abort:
         click.echo("onnx-reduce: interrupted", err=True)

@@ -73,6 +73,15 @@ def test_check_timeout_out_of_range_for_a_check_command(work):
                      mentions=("--check-timeout",))
 
 
+def test_an_option_after_check_is_said_to_be_the_commands(work):
+    """`--check` ends the options: `-o out` after it went to the check command, so -o is missing; the error says
+    where it went, and says nothing of the kind where -o was left out altogether."""
+    line = assert_bad_input(work, "reduce", "models/good.onnx", "--check", "true", "{model}", "-o", "out",
+                            mentions=("--output", "'-o' is there, after --check", "put --check last"))
+    assert "after --check" not in assert_bad_input(work, "reduce", "models/good.onnx", "--check", "true", "{model}",
+                                                   mentions=("--output",)), line
+
+
 def test_check_timeout_out_of_range_for_the_check_subcommand(work):
     assert_bad_input(work, "check", "models/good.onnx", *FP32, "--check-timeout", "nan", mentions=("--check-timeout",))
 
