@@ -192,7 +192,7 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
         lines.append(f"Not kept in fp32: {cause['keep_fp32_refused']} (so the proof fed the reference instead).")
     if cause and cause.get("bystanders"):
         first, count = cause["bystanders"][0], len(cause["bystanders"])
-        size = first.get("node_count", len(first["nodes"]))
+        size = first["node_count"]
         lines.append(f"{count} smaller candidate{'s' if count > 1 else ''} failed alone but did not carry the failure "
                      f"({'bystanders; the first' if count > 1 else 'a bystander'}, {size} "
                      f"node{'s' if size > 1 else ''}): {first['in_words']}.")

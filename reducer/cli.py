@@ -458,8 +458,9 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except click.ClickException as exc:  # usage errors: one line, exit 2
         message = exc.format_message()
-        given = [t for t in command if t in getattr(getattr(exc, "param", None), "opts", ())]
-        if isinstance(exc, click.MissingParameter) and given:  # it went to the command: --check ends the options
+        missing = exc.param if isinstance(exc, click.MissingParameter) else None
+        given = [t for t in command if t in missing.opts] if missing is not None else []
+        if given:  # it went to the command: --check ends the options
             message += f" ('{given[0]}' is there, after --check: all after it is the check command; put --check last)"
         click.echo(f"onnx-reduce: error: {message}", err=True)
         code = errors.EXIT_BAD_INPUT

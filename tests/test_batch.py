@@ -104,36 +104,34 @@ def _wait_for(path: Path, process: subprocess.Popen, within: float = 60) -> None
     assert process.poll() is None and path.exists(), process.stderr.read() if process.poll() is not None else ""
 
 
-def _reductions_running(run_dir: Path) -> list[int]:
-    """Live processes whose command line names this run's folder (a reduction of ours)."""
-    found = []
+def _reductions_described(run_dir: Path) -> dict[int, str]:
+    """Live processes whose command line names this run's folder (a reduction of ours), each described as
+    "pid (state, parent): command line"."""
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
             words = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if entry.name.isdigit() and state not in ("Z", "X") and any(str(run_dir).encode() in w for w in words):
-            found.append(int(entry.name))
+        if entry.name.isdigit() and fields[0] not in ("Z", "X") and any(str(run_dir).encode() in w for w in words):
+            command = b" ".join(words).decode(errors="replace")
+            found[int(entry.name)] = f"{entry.name} ({fields[0]}, parent {fields[1]}): {command}"
     return found
 
 
+def _reductions_running(run_dir: Path) -> list[int]:
+    return list(_reductions_described(run_dir))
+
+
 def _no_reductions_left(run_dir: Path, within: float = 30) -> list[str]:
-    """Those still running after `within` seconds, each as "pid (state, parent): command line", so that a failure
-    says which process outlived the batch: alone it ends at once; one CI run on a loaded 2-core machine saw one
-    still there after 10 s, and one run here beside two reductions after 30 s."""
+    """Those still running after `within` seconds, described, so that a failure says which process outlived the
+    batch: alone it ends at once; one CI run on a loaded 2-core machine saw one still there after 10 s, and one run
+    here beside two reductions after 30 s."""
     deadline = time.monotonic() + within
     while _reductions_running(run_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = []
-    for pid in _reductions_running(run_dir):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue  # it ended meanwhile
-        left.append(f"{pid} ({fields[0]}, parent {fields[1]}): {b' '.join(words).decode(errors='replace')}")
-    return left
+    return list(_reductions_described(run_dir).values())
 
 
 # --- the signature of a repro (in-process: pure functions) ---------------------------------------------------
