@@ -1,0 +1,1 @@
+"""Input builders of the fifth held-out set (corpus/heldout5.json): numpy only, deterministic."""
