@@ -135,6 +135,9 @@ class Verdict:
     # the output's lines a --fail-regex matched: the error in its own words, where it names the node it came from
     # (Reduction.named); cached, so a re-run from the cache searches as the first run did
     message: str = ""
+    # its check counted the NaN/Inf outputs where the reference is finite, and found none (a command that printed
+    # nonfinite_elements=0): a failure known to be finite, which an overflow would not leave
+    finite_counted: bool = False
 
     @property
     def flaky(self) -> bool:
@@ -153,6 +156,8 @@ class Verdict:
             data["elements"] = self.elements
         if self.message:
             data["message"] = self.message
+        if self.finite_counted:
+            data["finite_counted"] = True
         return data
 
     @classmethod
@@ -160,7 +165,7 @@ class Verdict:
         signature = Signature.from_json(data["signature"]) if data.get("signature") else None
         runs = tuple(data["runs"]) if data.get("runs") else None
         return cls(data["failing"], signature, data.get("reason", ""), runs=runs, elements=data.get("elements"),
-                   message=data.get("message", ""))
+                   message=data.get("message", ""), finite_counted=data.get("finite_counted", False))
 
 
 MESSAGE_CHARS = 4000  # of the lines a --fail-regex matched: an error's own lines, not a verbose log

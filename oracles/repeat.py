@@ -62,7 +62,8 @@ class RepeatedOracle:
             chosen = next(v for v in failing if (v.signature.kind, v.signature.detail) == common)
             runs = (len(failing), len(verdicts))
             return Verdict(True, chosen.signature, f"{chosen.reason} ({tally})", chosen.log, runs, chosen.elements,
-                           lasting=all(v.lasting for v in verdicts), message=chosen.message)
+                           lasting=all(v.lasting for v in verdicts), message=chosen.message,
+                           finite_counted=chosen.finite_counted)
         shown = failing[0] if failing else verdicts[-1]
         return Verdict(False, None, f"{tally}, fewer than --min-fails {self.min_fails}"
                        + (f"; a failing run said: {shown.reason}" if failing else ""), shown.log,

@@ -816,7 +816,7 @@ class Reduction:
                                 self.fed_shapes, self.jobs, self.range_hints, self.checkable, self.proves_cause,
                                 self.overflow_region, self.checks_left, self.cause_method == "reference",
                                 self.named, small_cause(len(self.model)) if self.check_budget is not None else 0,
-                                self.near_zero)
+                                self.near_zero, self.original.finite_counted)
         proposals = strategy.search(self.best, context)
         trimmed = False  # a candidate taken this turn was cut to its failing parts (failing_parts)
         small = False  # a small proven cause was taken this turn: the search ends with the turn
@@ -934,7 +934,9 @@ class Reduction:
         cost: the top-level search cannot cut inside them (strategies/bodies.py does)."""
         if not self.limits.economy or self.limits.max_checks is not None:
             return None
-        inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes)
+        # a proven drift's Loop and Scan bodies stay whole (strategies/bodies.py): only its Ifs' are bisected
+        inside = sum(cost for index, cost in self._if_bisection_costs.items() if index in self.best.nodes
+                     and (not self.proves_cause or self.model.nodes[index].op_type == "If"))
         # an overflow hint's test that showed the values beyond the range harmless told the search nothing of where
         # to look: its check is not the search's (one shown to carry them settles the search in a few)
         refuted = self.overflow_check is not None and self.overflow_carries is False

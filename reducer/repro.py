@@ -118,7 +118,8 @@ def ort_repro_sh(facts: ReproFacts) -> str:
     check = options["fail_on"]
     if check == "tolerance":
         line = shlex.join(run + ["--load-outputs", "reference_outputs.json", "--check-error-stat", "elemwise",
-                                 "--atol", repr(float(options["atol"])), "--rtol", repr(float(options["rtol"]))])
+                                 "--infinities-compare-equal", "--atol", repr(float(options["atol"])),
+                                 "--rtol", repr(float(options["rtol"]))])
         return SH_HEADER + target + regenerate + line + "\n"
     if check == "nan":
         note = "# --validate fails on any NaN/Inf in the target (the reducer's check: where the reference is finite)\n"
@@ -223,7 +224,8 @@ def trt_repro_sh(facts: ReproFacts) -> str:
                   "then exit 1; fi", "exit 0"]
     elif options["fail_on"] == "tolerance":
         lines.append(shlex.join(polygraphy + ["--load-outputs", "reference_outputs.json", "--check-error-stat",
-                                              "elemwise", "--atol", repr(float(options["atol"])),
+                                              "elemwise", "--infinities-compare-equal",
+                                              "--atol", repr(float(options["atol"])),
                                               "--rtol", repr(float(options["rtol"]))]))
     else:
         lines.append(shlex.join(polygraphy + ["--validate"]))

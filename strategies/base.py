@@ -91,6 +91,8 @@ class SearchContext:
     # for a NaN/Inf on an fp16 target, in topological order: nodes that turn a 0 into NaN/Inf (a Log, a division)
     # whose reference input comes near 0, where fp16 rounding upstream can make it 0; where the failure may show
     near_zero: tuple[int, ...] = ()
+    # the whole model's check counted no NaN/Inf where the reference is finite (Verdict.finite_counted)
+    finite_failure: bool = False
 
     def named_in(self, current: Candidate) -> list[int]:
         """The named nodes `current` keeps."""

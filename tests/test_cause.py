@@ -280,6 +280,38 @@ def test_causes_in_parallel_branches_are_kept_without_the_stretch_between_them(t
     assert report["checks"] <= default_budget(report["nodes_before"])
 
 
+def test_a_drift_through_two_lstm_loops_keeps_their_bodies_whole_and_a_refused_proof_run_shows_nothing(tmp_path):
+    """The fifth held-out set's chars2vec (fetched from its wheel on first use): two LSTMs as Loops, in fp16 at 1e-2.
+    Fed the reference in fp32 where a converted Loop body reads fp16, ONNX Runtime refuses some proof runs (the
+    check's exit code 3, no elements counted); such a run showed the model passing, and the end search took it for
+    where the failure stops. A drift's Loop bodies were cut node by node too, each node given zeros every iteration:
+    36 checks in all, 14 of them in the bodies for one node. Now a refused run shows nothing, the bodies stay whole,
+    and the result is proven."""
+    report, kinds = reduce_a_set_model(tmp_path, "models/vital_chars2vec_en_300.onnx", "heldout5.json",
+                                       "chars2vec_en300_hello_world_padded.npz", "--runner", "onnxruntime:cpu:fp16",
+                                       "--fail-on", "tolerance", "--atol", "1e-2", "--rtol", "1e-2")
+    assert report["cause"]["holds"], report["cause"]
+    assert kinds.count("Loop") == 2
+    assert report["strategies"].get("bodies", {}).get("checks", 0) == 0, report["strategies"]
+    assert report["checks"] <= 18, report["checks"]
+
+
+def test_a_proof_run_the_check_did_not_judge_shows_nothing():
+    """A check that counts failing elements and counted none for a run (it exited on another error) did not say the
+    model passes: the proof takes it for a run that shows nothing, as it does a crash."""
+    from oracles.base import Signature, Verdict
+    from reducer import counterfactual
+
+    original = Verdict(True, Signature("command", "exit code 1"), "exit code 1", elements=10)
+    refused = Verdict(False, None, "exit code 3 (FAIL (error): [ONNXRuntimeError] TypeInferenceError)")
+    assert counterfactual.still_fails(original, refused)
+    assert not counterfactual.still_fails(original, Verdict(False, None, "exit code 0", elements=0))
+    assert counterfactual.still_fails(original, Verdict(True, Signature("command", "exit code 1"), "", elements=2))
+    assert not counterfactual.still_fails(original, Verdict(True, Signature("command", "exit code 1"), "", elements=1))
+    uncounted = Verdict(True, Signature("command", "exit code 1"), "exit code 1")  # a check that counts nothing
+    assert not counterfactual.still_fails(uncounted, Verdict(False, None, "exit code 3"))
+
+
 def test_a_part_that_fails_alone_is_not_proven_by_a_part_beside_it_that_carries_the_failure(tmp_path):
     """The fourth held-out set's riann (fetched from its wheel on first use) in fp16 storage at 1e-3, through a check
     command that names its failing outputs. Its input's rounding, carried through the first GRU, is the cause. Before,

@@ -45,6 +45,35 @@ def test_a_passing_model_passes(relu):
     assert done.returncode == 0 and done.stdout.startswith("PASS"), (done.stdout, done.stderr)
 
 
+def test_the_same_infinity_in_both_runs_is_no_mismatch(tmp_path):
+    """A cut exposes tensors that hold an infinity by design: T5's relative position buckets take the log of a zero
+    position (-inf, then replaced by a Where). Both runs hold the same -inf there: no difference, as Polygraphy's
+    --infinities-compare-equal says; before, the NaN of -inf - -inf made any candidate with it fail against itself
+    (a 9-node "repro" of traceforge's encoder under O3). An infinity the reference does not hold still fails. The
+    bundle's scripts judge alike."""
+    from oracles.base import RunResult
+    from oracles.checks import ToleranceCheck
+    from reducer.repro_scripts import onnxruntime_repro, tensorrt_repro
+
+    graph = helper.make_graph([helper.make_node("Log", ["x"], ["y"], name="log")], "log",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model, inputs = tmp_path / "log.onnx", tmp_path / "inputs.npz"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    np.savez(inputs, x=np.array([0, 1, 2, 3], np.float32))
+    done = _run(model, inputs, "--runner", "onnxruntime:cpu:fp32:O3", "--fail-on", "tolerance", "--atol", "1e-5",
+                "--rtol", "1e-5")
+    assert done.returncode == 0 and done.stdout.startswith("PASS"), (done.stdout, done.stderr)
+    ref = np.array([-np.inf, np.inf, 1.0, np.nan])
+    target = np.array([-np.inf, 7.0, 1.0, np.nan])
+    expected = [False, True, False, True]  # the same -inf; an Inf the target lost; equal; NaN still mismatches
+    assert ToleranceCheck(1e-5, 1e-5).mismatches(target, ref)[0].tolist() == expected
+    assert onnxruntime_repro.tolerance_mismatches(target, ref).tolist() == expected
+    assert tensorrt_repro.mismatches(target, ref).tolist() == expected
+    verdict = ToleranceCheck(1e-5, 1e-5).judge(RunResult("ok", {"y": np.array(-np.inf)}), {"y": np.array(-np.inf)})
+    assert not verdict.failing  # a 0-d output too
+
+
 @pytest.mark.parametrize("which, words", [("model", "no-such.onnx: cannot load it"),
                                           ("inputs", "no-such.npz: no such file"),
                                           ("not-a-model", "cannot load it as an ONNX model")])

@@ -267,6 +267,29 @@ def test_an_overflow_hint_whose_onset_fails_nowhere_is_refuted_and_the_cause_pro
     assert report["checks"] <= 10, report["checks"]
 
 
+def test_an_overflow_hint_is_refuted_at_once_where_the_check_counts_no_nan_and_the_region_passes(tmp_path):
+    """As traceforge's int8 T5 encoder under O3 (fp32: its activations pass 65504): the same stand-in target, its
+    check printing `nonfinite_elements=0` as scripts/check_candidate.py does. The whole model's outputs hold no
+    NaN/Inf and the out-of-range region computed alone matches the reference: the target holds those values, so
+    nothing overflows, and the hint is refuted there, without growing an onset down (which took whatever failed
+    alone for the onset: 551 of the encoder's 985 nodes, not shown to carry the failure)."""
+    path = tmp_path / "overflow.onnx"
+    overflow_model(path)
+    counted = FUSED_CHAIN_CHECK.replace("sys.exit(1 if", "failing = (").replace(' else 0)', ')') + (
+        'print(f"failing_elements={16 if failing else 0}")\nprint("nonfinite_elements=0")\n'
+        'sys.exit(1 if failing else 0)\n')
+    for name, script in (("counted", counted), ("uncounted", FUSED_CHAIN_CHECK)):
+        (tmp_path / f"{name}.py").write_text(script)
+    reports = {name: reduce(tmp_path / name, path, "--fail-code", "1", "--check", sys.executable,
+                            str(tmp_path / f"{name}.py"), "{model}") for name in ("counted", "uncounted")}
+    for report in reports.values():
+        assert report["cause"]["method"] == "reference" and report["cause"]["holds"], report["cause"]
+        assert report["cause"]["overflow"]["carries"] and report["cause"]["overflow"]["refuted"]
+    spent = {name: report["strategies"]["overflow"]["checks"] for name, report in reports.items()}
+    assert spent["counted"] < spent["uncounted"], spent
+    assert set(kept_names(tmp_path / "counted")) >= {"scale_up", "overflow", "scale_down"}
+
+
 def test_a_harmless_overflow_is_only_a_hint_and_the_cause_is_proven(tmp_path):
     """Values beyond fp16's range that do no harm (a Sigmoid saturates on them): the hint's test refutes it,
     so the failure's cause is sought and proven as a tolerance failure's, not taken for the overflow's onset."""
