@@ -97,6 +97,7 @@ class OnnxRuntimeRunner:
             from importlib.metadata import version  # not importing the runtime here: the workers do
 
             info["onnxconverter_common"] = version("onnxconverter-common")
+            info["conversion"] = 2  # what _to_fp16 does around the converter: 2 casts inputs only bodies read
         if self.uses_gpu:
             from oracles.gpu import describe_gpus
 
@@ -350,6 +351,7 @@ def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.Mo
     else:
         converted = float16.convert_float_to_float16(bare, keep_io_types=True, node_block_list=blocked)
     _skip_round_trips(converted.graph, set(exact))
+    _cast_inputs_only_bodies_read(converted.graph)
     producers = {name: node for node in converted.graph.node for name in node.output}
     exact_writes = {name for node in converted.graph.node if node.name in exact for name in node.output}
     for info in model.graph.output:
@@ -369,6 +371,33 @@ def _to_fp16(model: onnx.ModelProto, weights_dir: Path | None = None) -> onnx.Mo
                                                               to=onnx.TensorProto.FLOAT))
         converted.graph.output.append(info)
     return converted
+
+
+def _cast_inputs_only_bodies_read(graph: onnx.GraphProto) -> None:
+    """The converter casts an fp32 graph input to fp16 for the top-level nodes that read it, and renames it in the
+    bodies of If, Loop and Scan only then: an input that only a body reads (by name, from the enclosing scope)
+    stays fp32 where the converted body computes in fp16, which ONNX Runtime refuses ("Graph attribute inferencing
+    failed"). A cut makes such inputs: chars2vec's LSTM Loop with the tensor it reads fed, its other readers gone."""
+    import onnx
+
+    from reducer.model import subgraphs
+
+    bodies, pending = [], [g for node in graph.node for g in subgraphs(node)]
+    while pending:
+        body = pending.pop()
+        bodies.append(body)
+        pending.extend(g for node in body.node for g in subgraphs(node))
+    read_at_top = {name for node in graph.node for name in node.input}
+    for info in graph.input:
+        if info.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or info.name in read_at_top:
+            continue
+        readers = [node for body in bodies for node in body.node if info.name in node.input]
+        if not readers:
+            continue
+        cast = f"{info.name}_cast_to_fp16_for_bodies"
+        graph.node.insert(0, onnx.helper.make_node("Cast", [info.name], [cast], cast, to=onnx.TensorProto.FLOAT16))
+        for node in readers:
+            node.input[:] = [cast if name == info.name else name for name in node.input]
 
 
 def _skip_round_trips(graph: onnx.GraphProto, exact: set[str]) -> None:

@@ -624,3 +624,21 @@ def test_a_drifts_loops_keep_their_trip_counts_and_bodies_in_the_default_search(
     assert report["strategies"]["branches"]["checks"] > 2
     assert report["strategies"]["bodies"]["checks"] > 0
     assert any("iterations" in line for line in report["edits_described"])
+
+
+def test_a_loop_body_reading_a_graph_input_that_no_other_node_reads_runs_in_fp16(tmp_path):
+    """A cut feeds a tensor that only a Loop body reads (by name, from the enclosing scope): chars2vec's LSTM with its
+    input fed and that input's other readers cut away. The fp16 converter casts a graph input only for the top-level
+    nodes that read it, so the converted body, computing in fp16, read it in fp32, and ONNX Runtime refused the model
+    ("Graph attribute inferencing failed"); the proof took such a refused run for the model passing."""
+    from oracles import make_runner
+
+    body = _loop_body([helper.make_node("Add", ["v_in", "x"], ["v_out"], name="add_outer")])
+    loop = helper.make_node("Loop", ["trips", "go", "start"], ["y"], name="repeat", body=body)
+    constants = [numpy_helper.from_array(np.array(3, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go"),
+                 numpy_helper.from_array(np.zeros((2, 3), np.float32), "start")]
+    path = tmp_path / "outer.onnx"
+    onnx.save(_model([loop], [_value("x")], [_value("y")], constants), str(path))
+    x = np.linspace(0.5, 1.5, 6, dtype=np.float32).reshape(2, 3)
+    outputs = make_runner("onnxruntime:cpu:fp16").run(path, {"x": x})
+    np.testing.assert_allclose(outputs["y"], 3 * x, rtol=1e-2)
