@@ -65,9 +65,11 @@ class RepeatedOracle:
                            lasting=all(v.lasting for v in verdicts), message=chosen.message,
                            finite_counted=chosen.finite_counted)
         shown = failing[0] if failing else verdicts[-1]
+        # a passing run's count (0 where its check counts): a proof reads a verdict without one as a run not judged
+        passed = next((v.elements for v in verdicts if not v.failing), None)
         return Verdict(False, None, f"{tally}, fewer than --min-fails {self.min_fails}"
                        + (f"; a failing run said: {shown.reason}" if failing else ""), shown.log,
-                       (len(failing), len(verdicts)), lasting=all(v.lasting for v in verdicts))
+                       (len(failing), len(verdicts)), passed, lasting=all(v.lasting for v in verdicts))
 
     def close(self) -> None:
         self.inner.close()

@@ -296,6 +296,31 @@ def test_a_drift_through_two_lstm_loops_keeps_their_bodies_whole_and_a_refused_p
     assert report["checks"] <= 18, report["checks"]
 
 
+def test_a_repeated_oracles_pass_keeps_its_runs_count_of_failing_elements():
+    """--repeat judges each run several times: a passing verdict keeps a passing run's count of failing elements (0),
+    so the proof, which takes a verdict without a count for a run its check did not judge, can still hold. (The inner
+    oracle here only stands in for a check's verdicts: what is tested is the glue around it.)"""
+    from oracles.base import Signature, Verdict
+    from oracles.repeat import RepeatedOracle
+    from reducer import counterfactual
+
+    class Counted:
+        fingerprint, description, names_failing_outputs = "counted", "counted", True
+
+        def __init__(self, verdicts):
+            self.verdicts = list(verdicts)
+
+        def judge(self, job):
+            return self.verdicts.pop(0)
+
+    failing = Verdict(True, Signature("tolerance"), "3 mismatched", elements=30)
+    passing = Verdict(False, None, "within tolerance", elements=0)
+    original = RepeatedOracle(Counted([failing, failing]), 2, 2).judge(None)
+    judged = RepeatedOracle(Counted([passing, failing]), 2, 2).judge(None)
+    assert not judged.failing and judged.elements == 0
+    assert not counterfactual.still_fails(original, judged)
+
+
 def test_a_proof_run_the_check_did_not_judge_shows_nothing():
     """A check that counts failing elements and counted none for a run (it exited on another error) did not say the
     model passes: the proof takes it for a run that shows nothing, as it does a crash."""
