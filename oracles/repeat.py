@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from oracles.base import CheckJob, Oracle, Verdict
+from oracles.base import CheckJob, Oracle, RunResult, Verdict
 from reducer.errors import UsageError
 
 
@@ -39,15 +40,34 @@ class RepeatedOracle:
         self.fingerprint = hashlib.sha256(f"{inner.fingerprint}:{repeat}:{min_fails}".encode()).hexdigest()
         self.names_failing_outputs = inner.names_failing_outputs
         self.flakiness = Flakiness()
+        if hasattr(inner, "observe"):  # the final re-check and the bundle's run repeat too, as every check does
+            self.observe = self._observe
+
+    def _observe(self, job: CheckJob) -> tuple[RunResult, Verdict]:
+        """The inner oracle's `observe`, repeated as `judge` is: the verdict of the runs, the outputs of the run
+        it was taken from."""
+        results: list[RunResult] = []
+
+        def run() -> Verdict:
+            result, verdict = self.inner.observe(job)
+            results.append(result)
+            return verdict
+
+        verdict, shown = self._repeated(run)
+        return results[shown], verdict
 
     def __getattr__(self, name: str):  # max_abs_value, environment, jobs, reference_worker: the inner oracle's
         return getattr(self.inner, name)
 
     def judge(self, job: CheckJob, every_run: bool = False) -> Verdict:
         """Stops once `min_fails` runs failed or too few runs are left for that, unless `every_run`."""
+        return self._repeated(lambda: self.inner.judge(job), every_run)[0]
+
+    def _repeated(self, run: Callable[[], Verdict], every_run: bool = False) -> tuple[Verdict, int]:
+        """The verdict of up to `repeat` runs, and which run it shows (its reason, its log)."""
         verdicts: list[Verdict] = []
         while len(verdicts) < self.repeat:
-            verdicts.append(self.inner.judge(job))
+            verdicts.append(run())
             fails = sum(v.failing for v in verdicts)
             settled = fails >= self.min_fails or fails + self.repeat - len(verdicts) < self.min_fails
             if settled and not every_run:
@@ -63,13 +83,18 @@ class RepeatedOracle:
             runs = (len(failing), len(verdicts))
             return Verdict(True, chosen.signature, f"{chosen.reason} ({tally})", chosen.log, runs, chosen.elements,
                            lasting=all(v.lasting for v in verdicts), message=chosen.message,
-                           finite_counted=chosen.finite_counted)
+                           finite_counted=chosen.finite_counted), _index(verdicts, chosen)
         shown = failing[0] if failing else verdicts[-1]
         # a passing run's count (0 where its check counts): a proof reads a verdict without one as a run not judged
         passed = next((v.elements for v in verdicts if not v.failing), None)
         return Verdict(False, None, f"{tally}, fewer than --min-fails {self.min_fails}"
                        + (f"; a failing run said: {shown.reason}" if failing else ""), shown.log,
-                       (len(failing), len(verdicts)), passed, lasting=all(v.lasting for v in verdicts))
+                       (len(failing), len(verdicts)), passed,
+                       lasting=all(v.lasting for v in verdicts)), _index(verdicts, shown)
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _index(verdicts: list[Verdict], verdict: Verdict) -> int:
+    return next(i for i, v in enumerate(verdicts) if v is verdict)

@@ -385,3 +385,14 @@ def test_a_nan_from_a_weight_fp16_cannot_hold_is_reduced_to_the_node_that_reads_
     assert "An fp16 overflow, shown" in md and "this repro's are finite" in md
     # the whole model, the hint's test, the onset alone, the final re-check
     assert report["checks"] <= 4, report["checks"]
+
+
+def test_with_repeat_the_final_recheck_is_repeated_too(tmp_path):
+    """--repeat N judges every check N times, the final re-check too (it ran the target once: a flaky failure's
+    re-check was one roll of the dice); what it records is the runs' verdict."""
+    path = tmp_path / "overflow.onnx"
+    names = overflow_model(path)
+    report = reduce(tmp_path, path, "--runner", "onnxruntime:cpu:fp16-storage", "--fail-on", "nan", "--repeat", "3",
+                    "--min-fails", "2")
+    assert report["status"] == "reduced" and kept_names(tmp_path) == [names["overflow"]]
+    assert report["final"]["failing"] and report["final"]["runs"] == [2, 2], report["final"]
