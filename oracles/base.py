@@ -135,9 +135,13 @@ class Verdict:
     # the output's lines a --fail-regex matched: the error in its own words, where it names the node it came from
     # (Reduction.named); cached, so a re-run from the cache searches as the first run did
     message: str = ""
-    # its check counted the NaN/Inf outputs where the reference is finite, and found none (a command that printed
-    # nonfinite_elements=0): a failure known to be finite, which an overflow would not leave
-    finite_counted: bool = False
+    # the output elements its check counted NaN/Inf where the reference is finite (a command that printed
+    # nonfinite_elements=N); None: not counted. 0 is a failure known to be finite, which an overflow would not leave
+    nonfinite_elements: int | None = None
+
+    @property
+    def finite_counted(self) -> bool:
+        return self.nonfinite_elements == 0
 
     @property
     def flaky(self) -> bool:
@@ -156,8 +160,8 @@ class Verdict:
             data["elements"] = self.elements
         if self.message:
             data["message"] = self.message
-        if self.finite_counted:
-            data["finite_counted"] = True
+        if self.nonfinite_elements is not None:
+            data["nonfinite_elements"] = self.nonfinite_elements
         return data
 
     @classmethod
@@ -165,7 +169,9 @@ class Verdict:
         signature = Signature.from_json(data["signature"]) if data.get("signature") else None
         runs = tuple(data["runs"]) if data.get("runs") else None
         return cls(data["failing"], signature, data.get("reason", ""), runs=runs, elements=data.get("elements"),
-                   message=data.get("message", ""), finite_counted=data.get("finite_counted", False))
+                   message=data.get("message", ""),
+                   # a verdict cached before the count was kept said only whether it was 0
+                   nonfinite_elements=data.get("nonfinite_elements", 0 if data.get("finite_counted") else None))
 
 
 MESSAGE_CHARS = 4000  # of the lines a --fail-regex matched: an error's own lines, not a verbose log

@@ -138,7 +138,7 @@ class CommandOracle:
         if counted:  # the command says how many output elements fail: the proof of cause weighs them
             verdict.elements = int(counted[-1])
         non_finite = NONFINITE_ELEMENTS.findall(output)
-        verdict.finite_counted = bool(non_finite) and not int(non_finite[-1])
+        verdict.nonfinite_elements = int(non_finite[-1]) if non_finite else None
         named = _failing_outputs(output)
         if named and verdict.failing and verdict.signature:
             verdict.signature = replace(verdict.signature, outputs=named)

@@ -83,7 +83,7 @@ class RepeatedOracle:
             runs = (len(failing), len(verdicts))
             return Verdict(True, chosen.signature, f"{chosen.reason} ({tally})", chosen.log, runs, chosen.elements,
                            lasting=all(v.lasting for v in verdicts), message=chosen.message,
-                           finite_counted=chosen.finite_counted), _index(verdicts, chosen)
+                           nonfinite_elements=chosen.nonfinite_elements), _index(verdicts, chosen)
         shown = failing[0] if failing else verdicts[-1]
         # a passing run's count (0 where its check counts): a proof reads a verdict without one as a run not judged
         passed = next((v.elements for v in verdicts if not v.failing), None)

@@ -193,6 +193,11 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                          + _FROM_ABOVE)
     else:
         lines.append(f"**Not shown to be the cause**: {cause.get('in_words', '')}. Treat this repro with care.")
+    if cause and cause.get("finite_failing_elements"):  # a NaN/Inf and a drift in one failure: the onset is the first's
+        lines.append(f"**Only the NaN/Inf is this repro's**: of the whole model's {cause['failing_elements']} failing "
+                     f"elements, {cause['nonfinite_elements']} are NaN/Inf and {cause['finite_failing_elements']} are "
+                     "finite but beyond the tolerance. This onset says nothing of those: they may be a drift of their "
+                     "own, for a reduction of its own with a check that leaves NaN/Inf out.")
     if cause and cause.get("keep_fp32_refused"):
         lines.append(f"Not kept in fp32: {cause['keep_fp32_refused']} (so the proof fed the reference instead).")
     if cause and cause.get("bystanders"):

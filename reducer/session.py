@@ -500,6 +500,11 @@ def cause_report(reduction: Reduction) -> dict | None:
         best = reduction.best_verdict.signature if reduction.best_verdict else None
         # the whole model's NaN/Inf, and an overflow's onset whose own outputs are finite (Reduction.interesting)
         data["onset_finite"] = bool(signature.non_finite and best is not None and not best.non_finite)
+        # a check that counts both: the elements beyond the tolerance that are finite, which an onset does not explain
+        counted, nonfinite = reduction.original.elements or 0, reduction.original.nonfinite_elements or 0
+        if signature.non_finite and 0 < nonfinite < counted:
+            data.update(failing_elements=counted, nonfinite_elements=nonfinite,
+                        finite_failing_elements=counted - nonfinite)
         return data
     proof = reduction.proofs.get(reduction.best.nodes)
     if proof is None and reduction.best.nodes == reduction.model.original_nodes:

@@ -396,3 +396,25 @@ def test_with_repeat_the_final_recheck_is_repeated_too(tmp_path):
                     "--min-fails", "2")
     assert report["status"] == "reduced" and kept_names(tmp_path) == [names["overflow"]]
     assert report["final"]["failing"] and report["final"]["runs"] == [2, 2], report["final"]
+
+
+def test_an_onset_says_the_finite_part_of_a_mixed_failure_is_not_its_own(tmp_path):
+    """One output overflows fp16 (Inf) and another drifts in range (a cancellation fp16 rounds to 0): the check
+    counts both. The repro is the Inf's onset; report.json and report.md say how many failing elements are finite,
+    which that onset does not explain (on an H200, LORE's heatmap Inf came with a drift in three other heads)."""
+    path = tmp_path / "mixed.onnx"
+    names = overflow_model(path)
+    model = onnx.load(str(path))
+    graph = model.graph
+    graph.node.extend([helper.make_node("Mul", ["x", "gain"], ["g"], name="gain"),
+                       helper.make_node("Sub", ["g", "x"], ["tiny"], name="cancel"),
+                       helper.make_node("Mul", ["tiny", "ten_k"], ["drift"], name="magnify")])
+    graph.output.append(helper.make_tensor_value_info("drift", TensorProto.FLOAT, [1, 16]))
+    onnx.save(model, str(path))
+    report = reduce(tmp_path, path, *fp16_command())
+    assert report["status"] == "reduced" and kept_names(tmp_path) == [names["overflow"]]
+    cause = report["cause"]
+    assert cause["method"] == "onset"
+    assert cause["nonfinite_elements"] == 16 and cause["finite_failing_elements"] == 16, cause
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text()
+    assert "Only the NaN/Inf is this repro's" in md.split("**Reproduce**")[0]
