@@ -63,9 +63,10 @@ class ToleranceCheck:
     """Polygraphy's elementwise rule (`polygraphy run --check-error-stat elemwise`, its default), per
     output: an element mismatches when its absolute difference exceeds atol AND its relative difference
     (against |ref|, zeros nudged by 2.2e-16) exceeds rtol; NaN differences always mismatch, except where both
-    runs hold the same infinity (Polygraphy's --infinities-compare-equal): a cut exposes tensors that hold one by
-    design, such as T5's log of a zero relative position or an attention mask, which would fail against
-    themselves."""
+    runs hold the same infinity (Polygraphy's --infinities-compare-equal), or both NaN: a model (or a cut) holds
+    them by design, such as T5's log of a zero relative position, an attention mask, or caustic-nmr's NaN for a
+    residue without the atom asked for, and would fail against itself. (Polygraphy counts a NaN in both runs as a
+    mismatch; it has no flag to say otherwise.)"""
 
     name = "tolerance"
 
@@ -77,7 +78,8 @@ class ToleranceCheck:
         target, expected = np.asarray(target, dtype=np.float64), np.asarray(ref, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             absdiff = np.abs(target - expected)
-            absdiff = np.where(np.isinf(expected) & (target == expected), 0.0, absdiff)  # the same infinity
+            same = (np.isinf(expected) & (target == expected)) | (np.isnan(expected) & np.isnan(target))
+            absdiff = np.where(same, 0.0, absdiff)  # the same infinity, or NaN in both
             denominator = np.where(expected == 0, np.finfo(np.float64).eps, np.abs(expected))
             reldiff = absdiff / denominator
         bad = ((absdiff > self.atol) | np.isnan(absdiff)) & ((reldiff > self.rtol) | np.isnan(reldiff))

@@ -49,10 +49,11 @@ def run(sess, feeds: dict) -> dict:
 
 def tolerance_mismatches(target: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Polygraphy's elementwise rule: |t-r| > ATOL and |t-r|/|r| > RTOL (zeros of r nudged by float64
-    epsilon); a NaN difference always mismatches, but the same infinity in both runs is equal."""
+    epsilon); a NaN difference always mismatches, but the same infinity in both runs is equal, as is NaN in both."""
     target, expected = np.asarray(target, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        absdiff = np.where(np.isinf(expected) & (target == expected), 0.0, np.abs(target - expected))
+        same = (np.isinf(expected) & (target == expected)) | (np.isnan(expected) & np.isnan(target))
+        absdiff = np.where(same, 0.0, np.abs(target - expected))
         reldiff = absdiff / np.where(expected == 0, np.finfo(np.float64).eps, np.abs(expected))
     return ((absdiff > ATOL) | np.isnan(absdiff)) & ((reldiff > RTOL) | np.isnan(reldiff))
 

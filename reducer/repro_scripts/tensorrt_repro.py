@@ -90,7 +90,8 @@ def build(trt, flavour: str, feeds: dict, errors: list) -> bytes:
 def mismatches(target, ref):
     target, ref = np.asarray(target, np.float64), np.asarray(ref, np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        absdiff = np.where(np.isinf(ref) & (target == ref), 0.0, np.abs(target - ref))  # the same infinity: equal
+        same = (np.isinf(ref) & (target == ref)) | (np.isnan(ref) & np.isnan(target))  # the same infinity, NaN
+        absdiff = np.where(same, 0.0, np.abs(target - ref))
         reldiff = absdiff / np.where(ref == 0, np.finfo(np.float64).eps, np.abs(ref))
     return ((absdiff > ATOL) | np.isnan(absdiff)) & ((reldiff > RTOL) | np.isnan(reldiff))
 
