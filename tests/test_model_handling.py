@@ -664,3 +664,29 @@ def test_a_weight_whose_external_file_is_too_short_for_its_shape_is_refused_in_o
     model = load_model(tmp_path / "m.onnx")
     with pytest.raises(BadModelError, match="holds 250 of its 4096 values"):
         assert model.float_weight_max_abs is None
+
+
+def test_a_model_holding_fp16_already_is_checked_in_fp16(tmp_path):
+    """A model that casts to fp16 itself, or holds an fp16 weight (mk8dx-table-reader's digit reader has seven), is
+    refused by onnxconverter-common ("already converted to float16") unless told otherwise: every check of it under
+    onnxruntime:cpu:fp16 was that error. What is fp32 in it is converted; the check then judges the drift (here a
+    cancellation fp16 rounds to 0)."""
+    half = numpy_helper.from_array(np.array([0.5], np.float16), "half")
+    nodes = [helper.make_node("Cast", ["half"], ["half32"], name="widen", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["x16"], name="narrow", to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["x16"], ["x32"], name="back", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x32", "gain"], ["g"], name="gain"),
+             helper.make_node("Sub", ["g", "x32"], ["tiny"], name="cancel"),
+             helper.make_node("Mul", ["tiny", "half32"], ["y"], name="scale")]
+    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [half, numpy_helper.from_array(np.array([1.0003], np.float32), "gain")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "mixed.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "mixed.npz", x=np.linspace(50, 100, 16, dtype=np.float32).reshape(1, 16))
+    done = subprocess.run([sys.executable, "-m", "reducer", "check", str(path), "--inputs", str(tmp_path / "mixed.npz"),
+                           "--runner", "onnxruntime:cpu:fp16", "--fail-on", "tolerance", "--atol", "1e-3",
+                           "--rtol", "1e-3"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = done.stdout + done.stderr
+    assert "FAIL: tolerance in y" in out and "already converted" not in out, out
