@@ -11,7 +11,8 @@ def blank(h, w, color=(255, 255, 255)):
 
 def gradient_bg(h, w, c0, c1, horizontal=False):
     t = np.linspace(0.0, 1.0, w if horizontal else h, dtype=np.float32)
-    c0 = np.asarray(c0, np.float32); c1 = np.asarray(c1, np.float32)
+    c0 = np.asarray(c0, np.float32)
+    c1 = np.asarray(c1, np.float32)
     line = c0[None, :] * (1 - t[:, None]) + c1[None, :] * t[:, None]
     if horizontal:
         return np.broadcast_to(line[None, :, :], (h, w, 3)).copy()
@@ -40,7 +41,7 @@ def draw_segment(img, p0, p1, width, color, alpha=1.0):
 def draw_arc(img, cy, cx, ry, rx, t0, t1, width, color, n=12):
     ts = np.linspace(t0, t1, n)
     pts = [(cy + ry * np.sin(t), cx + rx * np.cos(t)) for t in ts]
-    for a, b in zip(pts[:-1], pts[1:]):
+    for a, b in zip(pts[:-1], pts[1:], strict=True):
         draw_segment(img, a, b, width, color)
 
 
@@ -125,10 +126,16 @@ def resize_bilinear(img, oh, ow):
     h, w = img.shape[:2]
     ys = np.clip((np.arange(oh, dtype=np.float32) + 0.5) * h / oh - 0.5, 0, h - 1)
     xs = np.clip((np.arange(ow, dtype=np.float32) + 0.5) * w / ow - 0.5, 0, w - 1)
-    y0 = np.floor(ys).astype(int); x0 = np.floor(xs).astype(int)
-    y1 = np.minimum(y0 + 1, h - 1); x1 = np.minimum(x0 + 1, w - 1)
-    wy = (ys - y0)[:, None, None]; wx = (xs - x0)[None, :, None]
-    a = img[y0][:, x0]; b = img[y0][:, x1]; c = img[y1][:, x0]; d = img[y1][:, x1]
+    y0 = np.floor(ys).astype(int)
+    x0 = np.floor(xs).astype(int)
+    y1 = np.minimum(y0 + 1, h - 1)
+    x1 = np.minimum(x0 + 1, w - 1)
+    wy = (ys - y0)[:, None, None]
+    wx = (xs - x0)[None, :, None]
+    a = img[y0][:, x0]
+    b = img[y0][:, x1]
+    c = img[y1][:, x0]
+    d = img[y1][:, x1]
     return (a * (1 - wx) + b * wx) * (1 - wy) + (c * (1 - wx) + d * wx) * wy
 
 

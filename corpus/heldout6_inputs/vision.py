@@ -135,7 +135,8 @@ def build_capspot_click_captcha_det():
                        rng.uniform(60, 230, 3), alpha=0.35)
     S.add_noise(bg, rng, 6.0)
     for kind, ((cy, cx), color) in enumerate(zip([(80, 90), (110, 280), (240, 150), (260, 310)],
-                                                 [(250, 250, 250), (255, 220, 40), (30, 30, 30), (240, 60, 60)])):
+                                                 [(250, 250, 250), (255, 220, 40), (30, 30, 30), (240, 60, 60)],
+                                                 strict=True)):
         _icon(bg, cy, cx, 24, color, kind)
     bgr = S.quantize(bg)[..., ::-1]
     ratio = min(416 / height, 416 / width)
