@@ -816,7 +816,7 @@ class Reduction:
                                 self.fed_shapes, self.jobs, self.range_hints, self.checkable, self.proves_cause,
                                 self.overflow_region, self.checks_left, self.cause_method == "reference",
                                 self.named, small_cause(len(self.model)) if self.check_budget is not None else 0,
-                                self.near_zero, self.original.finite_counted)
+                                self.near_zero, self.original.finite_counted, self.original.elements)
         proposals = strategy.search(self.best, context)
         trimmed = False  # a candidate taken this turn was cut to its failing parts (failing_parts)
         small = False  # a small proven cause was taken this turn: the search ends with the turn

@@ -96,6 +96,8 @@ class SearchContext:
     near_zero: tuple[int, ...] = ()
     # the whole model's check counted no NaN/Inf where the reference is finite (Verdict.finite_counted)
     finite_failure: bool = False
+    # the whole model's failing output elements, where its check counts them (None: not counted)
+    failing_elements: int | None = None
 
     def named_in(self, current: Candidate) -> list[int]:
         """The named nodes `current` keeps."""

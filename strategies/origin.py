@@ -36,7 +36,7 @@ import networkx as nx
 from oracles.base import Verdict
 from oracles.onnxruntime_runner import cast_target
 from reducer.candidate import Candidate
-from reducer.counterfactual import SPREAD_NODES, downstream, feeding
+from reducer.counterfactual import SHARE, SPREAD_NODES, downstream, feeding
 from reducer.model import Model
 from strategies.base import Exact, Probe, Proposals, SearchContext, Settled
 from strategies.localize import grown, with_producers
@@ -139,11 +139,15 @@ class FailureOrigin:
         below_region = below(nodes[start:end])
         if len(below_region) <= len(cut) * 3 // 4:
             fronts.add(below_region)
-        if not alone_still_failing and len(prefix & current.nodes) > SPREAD_NODES:
+        if not alone_still_failing and len(prefix & current.nodes) > SPREAD_NODES and (
+                context.failing_elements or 0) >= SHARE:
             # the origin carries it alone but passes alone, with its first readers and producers too: its error
             # grows below it until it shows. The origin with the nodes that lead from it to where the failure first
             # shows fed the reference above it (a layerwise run of all below it; tinyocr's PP-OCRv6 det: an Add
-            # whose rounding the GELU blocks below amplify, 22 nodes, where the prefix holding it is 58)
+            # whose rounding the GELU blocks below amplify, 17 nodes, where the prefix holding it is 58). Not where
+            # the whole model fails in fewer than SHARE elements: none may be left then, and the nodes below the
+            # origin fed the reference with it move an element or two on their own (smart-turn's QDQ GELU: its path
+            # failed its proof by one element, and the checks it took cut the prefix's bisection short, 14 -> 26)
             amplifier = yield from amplifier_path(origin, context, current)
             if amplifier:
                 fronts.add(amplifier)
