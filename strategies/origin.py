@@ -10,8 +10,10 @@ hold).
 
 Whether the origin alone carries it is one run; only if it does is its candidate checked (a candidate that fails
 alone but does not carry would cost a check and a proof run); where it does, then the origin with the nodes that
-first compute from it (its error may lie within the tolerance until a Conv sums it: open_nsfw). Then the origin with
-its producers, asked the same way where the origin alone does not carry it. Where neither carries it and fails
+first compute from it (its error may lie within the tolerance until a Conv sums it: open_nsfw), and where none of
+those fails alone, the origin with the fewest nodes leading from it to where one layerwise run of all below it shows
+the failure (its error grows over several blocks: tinyocr's PP-OCRv6 det), tried with the front cuts. Then the origin
+with its producers, asked the same way where the origin alone does not carry it. Where neither carries it and fails
 alone, the error builds up over several nodes: a second search finds the latest start of the origin's prefix that
 still carries it (its length on a log scale first, then refined: exactly where short, to within a quarter where
 spread), and that region is tried, then the prefix (proven by the search's own probes, so one check) and the front
