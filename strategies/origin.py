@@ -257,9 +257,10 @@ def quantized_unit(node: int, context: SearchContext, current: Candidate) -> fro
 
 def amplifier_path(origin: int, context: SearchContext, current: Candidate
                    ) -> Generator[Probe, Verdict | None, frozenset[int]]:
-    """The origin with the nodes on its paths down to the earliest tensor that fails in one layerwise run of all
-    that lies below it (fed the reference above it), grown until faithful; empty where that run names no failing
-    tensor below the origin. One check: a guide, as a probe is; the path's own check decides."""
+    """The origin with the nodes on its paths down to a tensor that fails in one layerwise run of all that lies
+    below it (fed the reference above it): of the failing tensors nearest below it, the one the fewest nodes lead
+    to; grown until faithful. Empty where that run names no failing tensor below the origin. One check: a guide, as
+    a probe is; the path's own check and proof decide."""
     model = context.model
     below = downstream(model, frozenset({origin})) & current.nodes
     if not 1 < len(below) < len(current):
