@@ -275,8 +275,8 @@ def amplifier_path(origin: int, context: SearchContext, current: Candidate
     # the fewest nodes lead to: the tensor earliest in the order may lie past a whole block that a narrow path
     # elsewhere skips (tinyocr: 54 nodes down to the first failing tensor, 17 down to a Conv four steps away)
     nearest = sorted((p for p in failing if p in distance), key=lambda p: (distance[p], p))[:AMPLIFIER_TARGETS]
-    below_origin = nx.descendants(graph, origin)
-    paths = [(nx.ancestors(graph, p) & below_origin) | {origin, p} for p in nearest]
+    # what the breadth-first walk reached is the origin and all below it: each path is what of that leads to p
+    paths = [(nx.ancestors(graph, p) & distance.keys()) | {p} for p in nearest]
     if not paths:
         return frozenset()
     return grown(frozenset(min(paths, key=lambda path: (len(path), max(path)))), context, current)
