@@ -1015,14 +1015,23 @@ class Reduction:
         if failing.nodes == candidate.nodes or self._whole_exact(self.exact_region(candidate.nodes)):
             # (computed exactly, a candidate may leave the whole model the reference, as `branches`' inlined If does:
             # its proof is no run, so it is taken whole, as the search goes on from it)
-            return candidate if self.proof(candidate).holds else None
+            return candidate if self._shown(candidate) else None
         shown = self.proof(failing)
         if shown.holds:
-            return failing
+            return failing if self._shown(failing) else None
         room = self.checks_left()  # the whole candidate's proof is a second one: within --max-checks too
         if not self._takes_a_share(shown) or (room is not None and room < self._proof_runs):
             return None
-        return candidate if self.proof(candidate).holds else None
+        return candidate if self._shown(candidate) else None
+
+    def _shown(self, candidate: Candidate) -> bool:
+        """Whether the candidate's proof holds and shows it carries the failure. Of unconnected parts, one of which
+        writes every output the model computes, it shows nothing: fed the reference, that part makes the model pass
+        by construction, and the others are taken on trust (the seventh held-out set's captcha CNN: an early
+        MaxPool, whose rounding fails alone but leaves 5 of 23 failing elements computed exactly, grouped with the
+        output's Reshape, was the result). One part that writes them, a cut of all below a point, is shown in part."""
+        proof = self.proof(candidate)
+        return proof.holds and not (proof.writes_every_output and len(self.parts_of(candidate)) > 1)
 
     def _takes_a_share(self, proof: Proof) -> bool:
         """Whether the whole model, with the proof's nodes computed exactly, fails in at most half the elements it

@@ -396,6 +396,28 @@ def test_an_origin_whose_error_grows_below_it_is_reduced_to_its_path_to_where_it
     assert report["checks"] <= default_budget(report["nodes_before"]), report["checks"]
 
 
+def test_unconnected_parts_one_of_which_writes_the_outputs_are_not_taken_for_the_cause(planted, tmp_path):
+    """Fed the reference, a part that writes every output makes the whole model pass by construction: such a proof
+    shows nothing of the other parts. The seventh held-out set's captcha CNN at 1e-3 ended on one: an early MaxPool,
+    whose rounding fails alone but, computed exactly, leaves 5 of 23 failing elements, grouped with the output's
+    Reshape (6 nodes, "shown in part"); now its 7 nodes that leave none. One part that writes them, all below a cut
+    of the order, is still shown in part."""
+    from reducer.candidate import Candidate
+
+    model, reduction, order, cause = started_through_the_command(planted, tmp_path)
+    try:
+        index = {node.name: i for i, node in enumerate(model.nodes)}
+        scattered = Candidate(frozenset({index["main_conv"], index["join"]}))
+        proof = reduction.proof(scattered)
+        assert proof.holds and proof.writes_every_output, proof.verdicts  # below main_conv, the cause fails
+        assert not reduction._shown(scattered)
+        chain = frozenset(order[order.index(index["main_conv"]):]) - {index["bystander_conv"], index["bystander_damp"]}
+        assert len(reduction.parts_of(Candidate(chain))) == 1 and cause in chain
+        assert reduction.proof(Candidate(chain)).writes_every_output and reduction._shown(Candidate(chain))
+    finally:
+        reduction.close()
+
+
 def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
     """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""
