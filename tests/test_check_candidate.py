@@ -75,6 +75,32 @@ def test_the_same_infinity_in_both_runs_is_no_mismatch(tmp_path):
     assert not verdict.failing  # a 0-d output too
 
 
+def test_a_tolerance_failure_says_how_many_of_its_elements_are_nan_or_inf():
+    """The largest difference is taken over finite ones: where the target holds NaN/Inf and the reference does not,
+    the message says how many, as the bundle's script does. rivaGAN's decoder in fp16 on an H200 failed with
+    "28 of 32 mismatched, max abs diff 0.01182", its repro the ReduceMean whose sum leaves fp16's range."""
+    from oracles.base import RunResult
+    from oracles.checks import ToleranceCheck
+    from reducer.repro_scripts import onnxruntime_repro
+
+    ref = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    target = np.array([1.0, np.inf, 3.05, np.nan], np.float32)
+    verdict = ToleranceCheck(1e-2, 1e-2).judge(RunResult("ok", {"y": target}), {"y": ref})
+    assert verdict.failing and verdict.elements == 3
+    assert verdict.reason == "y: 3 of 4 mismatched (2 NaN/Inf where the reference is finite), max abs diff of the " \
+                             "rest 0.05", verdict.reason
+    finite = ToleranceCheck(1e-2, 1e-2).judge(RunResult("ok", {"y": np.array([1, 2, 3.05, 4], np.float32)}),
+                                              {"y": ref})
+    assert finite.reason == "y: 1 of 4 mismatched, max abs diff 0.05", finite.reason
+    saved = onnxruntime_repro.CHECK, onnxruntime_repro.ATOL, onnxruntime_repro.RTOL
+    onnxruntime_repro.CHECK, onnxruntime_repro.ATOL, onnxruntime_repro.RTOL = "tolerance", 1e-2, 1e-2
+    try:
+        said = onnxruntime_repro.judge({"y": target}, {"y": ref})
+    finally:
+        onnxruntime_repro.CHECK, onnxruntime_repro.ATOL, onnxruntime_repro.RTOL = saved
+    assert said == ["y: 3 of 4 outside atol=0.01 and rtol=0.01 (2 NaN/Inf where the reference is finite)"], said
+
+
 @pytest.mark.parametrize("which, words", [("model", "no-such.onnx: cannot load it"),
                                           ("inputs", "no-such.npz: no such file"),
                                           ("not-a-model", "cannot load it as an ONNX model")])

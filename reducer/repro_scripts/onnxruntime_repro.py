@@ -88,7 +88,9 @@ def judge(target: dict, reference: dict) -> list:
                 failing.append(f"{name}: shape {list(value.shape)}, reference {list(ref.shape)}")
             elif value.size and tolerance_mismatches(value, ref).any():
                 count = int(tolerance_mismatches(value, ref).sum())
-                failing.append(f"{name}: {count} of {value.size} outside atol={ATOL:g} and rtol={RTOL:g}")
+                lost = int((~np.isfinite(value) & np.isfinite(ref)).sum()) if value.dtype.kind in "fc" else 0
+                held = f" ({lost} NaN/Inf where the reference is finite)" if lost else ""
+                failing.append(f"{name}: {count} of {value.size} outside atol={ATOL:g} and rtol={RTOL:g}{held}")
     return failing
 
 
