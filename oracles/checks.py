@@ -31,6 +31,12 @@ def runner_failure(result: RunResult, regexes: list[re.Pattern] | None = None) -
                    lasting=detail not in KILLED_FROM_OUTSIDE)
 
 
+def non_finite(value: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Where the target holds NaN/Inf and the reference is finite (where their shapes differ: wherever it does)."""
+    bad = ~np.isfinite(value)
+    return bad & np.isfinite(ref) if ref.shape == value.shape else bad
+
+
 class NanCheck:
     """Fails where the target produces NaN/Inf and the reference is finite."""
 
@@ -45,10 +51,7 @@ class NanCheck:
             value = np.asarray(value)
             if ref is None or value.dtype.kind not in "fc":
                 continue
-            bad = ~np.isfinite(value)
-            if ref.shape == value.shape:
-                bad &= np.isfinite(ref)
-            count = int(bad.sum())
+            count = int(non_finite(value, ref).sum())
             elements += count
             if count:
                 failing.append(name)
@@ -109,7 +112,7 @@ class ToleranceCheck:
                 worst = float(diff[finite].max()) if finite.any() else float("nan")
                 # NaN/Inf where the reference is finite leave the largest difference: say how many (rivaGAN's
                 # decoder in fp16 on an H200, whose ReduceMean overflows: "max abs diff 0.01182" alone hid them)
-                lost = int((~np.isfinite(value) & np.isfinite(ref)).sum()) if value.dtype.kind in "fc" else 0
+                lost = int(non_finite(value, ref).sum())
                 held = f" ({lost} NaN/Inf where the reference is finite)" if lost else ""
                 of_rest = " of the rest" if lost else ""
                 notes.append(f"{name}: {int(bad.sum())} of {value.size} mismatched{held}, max abs diff{of_rest} "

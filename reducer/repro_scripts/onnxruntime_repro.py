@@ -69,6 +69,12 @@ def describe(name: str, target: np.ndarray, ref: np.ndarray) -> str:
             f"target NaN {int(np.isnan(target).sum())}, Inf {int(np.isinf(target).sum())}")
 
 
+def non_finite(value: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Where the target holds NaN/Inf and the reference is finite (where their shapes differ: wherever it does)."""
+    bad = ~np.isfinite(value) if value.dtype.kind in "fc" else np.zeros(value.shape, bool)
+    return bad & np.isfinite(ref) if ref.shape == value.shape else bad
+
+
 def judge(target: dict, reference: dict) -> list:
     """The outputs that fail the check, with a line each."""
     failing = []
@@ -78,17 +84,14 @@ def judge(target: dict, reference: dict) -> list:
         if ref is None or value.dtype.kind not in "fciu":
             continue
         if CHECK == "nan":
-            bad = ~np.isfinite(value) if value.dtype.kind in "fc" else np.zeros(value.shape, bool)
-            if ref.shape == value.shape:
-                bad &= np.isfinite(ref)
+            bad = non_finite(value, ref)
             if bad.any():
                 failing.append(f"{name}: {int(bad.sum())} of {value.size} non-finite where the reference is finite")
         elif CHECK == "tolerance":
             if value.shape != ref.shape:
                 failing.append(f"{name}: shape {list(value.shape)}, reference {list(ref.shape)}")
-            elif value.size and tolerance_mismatches(value, ref).any():
-                count = int(tolerance_mismatches(value, ref).sum())
-                lost = int((~np.isfinite(value) & np.isfinite(ref)).sum()) if value.dtype.kind in "fc" else 0
+            elif value.size and (count := int(tolerance_mismatches(value, ref).sum())):
+                lost = int(non_finite(value, ref).sum())
                 held = f" ({lost} NaN/Inf where the reference is finite)" if lost else ""
                 failing.append(f"{name}: {count} of {value.size} outside atol={ATOL:g} and rtol={RTOL:g}{held}")
     return failing
