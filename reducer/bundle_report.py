@@ -156,6 +156,22 @@ def _cause_lines(cause: dict | None, one_minimal: bool | None, count: int | None
                          "fails alone is not known: the check does not name its failing outputs (a line "
                          "`failing_outputs=[...]`, as scripts/check_candidate.py prints), and the checks ran out "
                          "before each part was tried. Treat this repro with care.")
+    elif cause.get("holds") and cause.get("writes_every_output") and cause.get("core"):
+        core, before = cause["core"], cause.get("failing_elements_before")
+        one = core["node_count"] == 1
+        names = ", ".join(core["nodes"][:3]) + (" ..." if core["node_count"] > 3 else "")
+        after, below = core.get("failing_elements_after"), cause.get("downstream_failing_elements")
+        others = "" if count is None else f" {count - core['node_count']}"
+        lines.append(f"**Shown to be the cause, through {core['node_count']} of its nodes** ({names}): the whole "
+                     f"original model, with only {'that node' if one else 'those'} fed from the reference run and "
+                     "nothing else changed, stops failing"
+                     + (f" ({after} of the {before} failing elements left)" if None not in (after, before) else "")
+                     + "; the repro, fed the reference at its inputs, fails as the whole model does"
+                     + (f" ({below} of the {before} failing elements)" if None not in (below, before) else "")
+                     + f", and with {'it' if one else 'them'} fed too, it passes. So the repro fails through "
+                     f"{'it' if one else 'them'}: its other{others} nodes are what make {'its' if one else 'their'} "
+                     "difference show at the outputs. All of the repro fed from the reference would show nothing, "
+                     "as it writes the model's outputs. " + _FROM_ABOVE)
     elif cause.get("holds") and cause.get("writes_every_output"):
         lines.append("**Cause shown in part**: these nodes write the model's outputs, so the whole model with them "
                      "fed from the reference passes by construction, which shows nothing. What is shown: fed the "

@@ -232,6 +232,8 @@ class Reduction:
         self.overflow_refuted = False  # shown to carry the failure, but its onset fails nowhere (OverflowRefuted)
         # node sets shown not to carry the failure: the whole model, with them computed exactly, still fails
         self.not_carrying: list[frozenset[int]] = []
+        # node sets shown to carry it, with the verdict of that run (the whole model, them fed, ran and passed)
+        self.carrying_runs: list[tuple[frozenset[int], Verdict]] = []
         self.passed: list[Candidate] = []  # candidates that did not fail at all, while an error's default search runs
         self.parts: dict | None = None  # a result of unconnected parts, which fail alone: see settle_parts
 
@@ -663,6 +665,8 @@ class Reduction:
                     self.bystanders.append(proof)
                     if "downstream" not in proof.verdicts:  # its first run: it still fails
                         self.not_carrying.append(exact)
+                elif proof.verdicts.get("without") is not None:
+                    self.carrying_runs.append((exact, proof.verdicts["without"]))
             proof.constants = len(weights) - len(nodes)
             self.proofs[nodes] = proof
         return self.proofs[nodes]
@@ -685,6 +689,8 @@ class Reduction:
         failing = counterfactual.still_fails(self.original, verdict)
         if failing:
             self.not_carrying.append(run.nodes)
+        elif verdict is not None:
+            self.carrying_runs.append((run.nodes, verdict))
         return failing
 
     def _counterfactual_verdict(self, run: CounterfactualRun) -> Verdict | None:
@@ -1032,6 +1038,28 @@ class Reduction:
         output's Reshape, was the result). One part that writes them, a cut of all below a point, is shown in part."""
         proof = self.proof(candidate)
         return proof.holds and not (proof.writes_every_output and len(self.parts_of(candidate)) > 1)
+
+    def core(self, candidate: Candidate) -> tuple[frozenset[int], Verdict] | None:
+        """Of a result that writes every output (its own proof, fed the reference, passes by construction), the
+        fewest of its nodes whose error is shown to be the failure, by two runs this reduction asked: the whole
+        model with only them fed from the reference passes (they write no output, so not by construction), and so
+        does the rest of the result with them fed too (the result fed exact inputs fails: its proof's `downstream`
+        run), so the result fails by their error. The captcha CNN under O3: its downsample Conv's error stays
+        within the tolerance until the blocks below amplify it at the output, and the end search's probes are the
+        two runs. None where no such pair was asked (no check is spent to find one)."""
+        model = self.model
+        inside = candidate.nodes - model.input_independent
+        writers = {writer for name in model.graph_outputs for writer in model.writers(name)}
+        passed = [mask for mask, verdict in self._runs_asked
+                  if verdict is not None and not counterfactual.still_fails(self.original, verdict)]
+        for nodes, verdict in sorted(self.carrying_runs, key=lambda item: (len(item[0]), sorted(item[0]))):
+            if not (nodes - model.input_independent < inside and writers.isdisjoint(nodes)):
+                continue
+            rest = CounterfactualRun("without", self.model.flat - (candidate.nodes - nodes))
+            mask = self._mask(counterfactual.computed(model, rest, self._uniform) or frozenset())
+            if any((mask == other).all() for other in passed):
+                return nodes, verdict
+        return None
 
     def _takes_a_share(self, proof: Proof) -> bool:
         """Whether the whole model, with the proof's nodes computed exactly, fails in at most half the elements it

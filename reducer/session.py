@@ -517,6 +517,12 @@ def cause_report(reduction: Reduction) -> dict | None:
     if proof is not None:
         data.update(proof.to_json(reduction.original))
         data["in_words"] = counterfactual.one_line(proof, reduction.original, reduction.model)
+        core = reduction.core(reduction.best) if proof.holds and proof.writes_every_output else None
+        if core is not None:  # what of it carries the failure, by a run that was not passing by construction
+            nodes, verdict = core
+            inside = sorted(nodes & reduction.best.nodes)
+            data["core"] = {"nodes": [reduction.model.node_label(i) for i in inside[:10]], "node_count": len(inside),
+                            "failing_elements_after": verdict.elements if verdict.failing else 0}
     data["bystanders"] = [
         {"nodes": [reduction.model.node_label(i) for i in sorted(p.nodes)[:10]], "node_count": len(p.nodes),
          "in_words": counterfactual.one_line(p, reduction.original, reduction.model)}
@@ -526,8 +532,10 @@ def cause_report(reduction: Reduction) -> dict | None:
         data["parts"] = reduction.parts
         if not reduction.parts["shown"]:
             data["holds"] = False  # not shown that what fails alone is what carries the failure
-    # no smaller subgraph found to carry it, and more nodes than a repro a vendor can read
-    data["spread"] = bool(data.get("holds")) and len(reduction.best) > counterfactual.SPREAD_NODES
+    # no smaller subgraph found to carry it, and more nodes than a repro a vendor can read (a small core carries it:
+    # the error is its, and the rest of the repro only carries it to where it shows)
+    carriers = data.get("core", {}).get("node_count", len(reduction.best))
+    data["spread"] = bool(data.get("holds")) and min(carriers, len(reduction.best)) > counterfactual.SPREAD_NODES
     data["range"] = counterfactual.range_notes(reduction.model, reduction.store, reduction.best,
                                                reduction.oracle.max_abs_value)
     return data

@@ -206,7 +206,7 @@ def run_reducer(entry: dict, flags: list[str], work: Path, timeout: float, appra
                   cause_holds=cause.get("holds"), elements_before=cause.get("failing_elements_before"),
                   elements_after=cause.get("failing_elements_after"), spread=cause.get("spread"),
                   bystanders=len(cause.get("bystanders") or []), overflow=cause.get("overflow"),
-                  writes_every_output=cause.get("writes_every_output"),
+                  writes_every_output=cause.get("writes_every_output"), core=cause.get("core"),
                   downstream_elements=cause.get("downstream_failing_elements"),
                   kept=kept, spent=checks_by_part(report))
     return result
@@ -272,7 +272,12 @@ def cause_cell(run: dict | None) -> str:
         return "onset (NaN/Inf)" + (", overflow shown" if (run.get("overflow") or {}).get("carries") else "")
     if not run.get("cause_holds"):
         return "NOT shown"
-    if run.get("writes_every_output"):  # fed the reference, it passes by construction (counterfactual.py)
+    if run.get("writes_every_output") and run.get("core"):  # shown by what of it carries the failure
+        core = run["core"]
+        shown = (f"yes (reference, through {core['node_count']} of its nodes: {core['failing_elements_after']} of "
+                 f"{run.get('elements_before')} left; it writes the outputs)")
+        shown += ", spread" if run.get("spread") else ""
+    elif run.get("writes_every_output"):  # fed the reference, it passes by construction (counterfactual.py)
         shown = _in_part(run.get("downstream_elements"), run.get("elements_before"))
     else:
         counted = (f", {run['elements_after']} of {run['elements_before']} left"

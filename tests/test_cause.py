@@ -418,6 +418,30 @@ def test_unconnected_parts_one_of_which_writes_the_outputs_are_not_taken_for_the
         reduction.close()
 
 
+def test_a_cut_that_writes_the_outputs_is_shown_through_the_origin_it_holds(tmp_path):
+    """The seventh held-out set's captcha CNN (mb-capcha-ocr, fetched from its wheel on first use) under ONNX
+    Runtime's O3 at 1e-5, through a check command. Computed exactly, layer2.0's downsample Conv alone makes the whole
+    model pass, but alone it passes: its error stays within the tolerance until the blocks below it amplify it at
+    the output. The repro is the cut from it down to the output (34 nodes): fed the reference, that passes by
+    construction, and it was said to be shown in part. The end search's own runs show more, at no check: the whole
+    model with the Conv alone fed the reference passes, and so does the rest of the cut, fed exact inputs, with the
+    Conv fed too, where the cut fails. It is shown through the Conv, and not called spread."""
+    from reducer.driver import default_budget
+
+    report, _ = reduce_a_set_model(tmp_path, "models/mb_capcha_ocr_model.onnx", "heldout7.json",
+                                   "mbbank_captcha_gray.npz", "--runner", "onnxruntime:cpu:fp32:O3", "--fail-on",
+                                   "tolerance", "--atol", "1e-5", "--rtol", "1e-5")
+    cause, kept = report["cause"], kept_names(tmp_path)
+    assert cause["holds"] and cause.get("writes_every_output"), cause
+    core = cause["core"]
+    assert core["node_count"] <= 3 and core["failing_elements_after"] * 10 <= cause["failing_elements_before"], core
+    assert {label.split(" (")[0] for label in core["nodes"]} < set(kept), (core, kept)
+    assert not cause["spread"]
+    md = (tmp_path / "out" / "bundle" / "report.md").read_text().split("**Reproduce**")[0]
+    assert f"Shown to be the cause, through {core['node_count']} of its nodes" in md and "in part" not in md, md
+    assert report["checks"] <= default_budget(report["nodes_before"]), report["checks"]
+
+
 def test_a_proof_whose_downstream_run_is_the_whole_model_costs_no_check(planted, tmp_path):
     """The reference method's second run is the repro and all below it: for a prefix that is the whole model,
     whose verdict the first check already gave. The proof then costs the `without` run alone."""

@@ -105,3 +105,14 @@ def test_a_polygraphy_result_that_carries_the_failure_one_way_is_no_bystander(ev
     both = {**polygraphy, "cause": {**kept, "by_method": {"reference": {**fed, "holds": True}, "fp32": kept}}}
     assert evaluate._ours_is_not_larger(ours, both) == "NO"
     assert evaluate._ours_is_not_larger({**ours, "nodes": 3}, polygraphy) == "yes"
+
+
+def test_a_result_that_writes_the_outputs_is_in_part_unless_a_core_of_it_was_shown(evaluate):
+    """Fed the reference, a repro that writes every output passes by construction: the cell says "in part", unless
+    fewer of its nodes were shown to carry the failure (report.json's cause.core), which the cell then names."""
+    ours = {"cause_method": "reference", "cause_holds": True, "elements_before": 4, "elements_after": 0,
+            "writes_every_output": True, "downstream_elements": 1, "spread": False}
+    assert evaluate.cause_cell(ours).startswith("in part (it writes the outputs; fed exact inputs, it fails in 1 of 4)")
+    core = {"nodes": ["Conv_16 (Conv)"], "node_count": 1, "failing_elements_after": 0}
+    assert evaluate.cause_cell({**ours, "core": core}) == (
+        "yes (reference, through 1 of its nodes: 0 of 4 left; it writes the outputs)")

@@ -257,10 +257,14 @@ def test_an_overflow_hint_whose_onset_fails_nowhere_is_refuted_and_the_cause_pro
     assert cause["method"] == "reference" and cause["holds"], cause
     assert cause["overflow"]["carries"] and cause["overflow"]["refuted"]
     md = (tmp_path / "out" / "bundle" / "report.md").read_text().split("**Reproduce**")[0]
-    # the chain ends at the output: fed the reference, the model passes by construction, so what is shown is that
-    # the chain, fed exact inputs, fails as the whole model does; whether error from above would too, a command
-    # cannot tell
-    assert "Cause shown in part" in md and "Not taken for an overflow" in md and "fp16 overflow, shown" not in md
+    # the chain ends at the output: fed the reference, the model passes by construction, so that run shows nothing;
+    # what does is one of its nodes, fed the reference alone: the whole model then passes, and so does the rest of
+    # the chain fed exact inputs, where the chain fails (the search's own runs: no check more). Whether error from
+    # above would make it fail too, a command cannot tell
+    core = cause["core"]
+    assert core["node_count"] == 1 and core["nodes"][0].split()[0] in {"scale_up", "overflow", "scale_down"}, core
+    assert "Shown to be the cause, through 1 of its nodes" in md and "Cause shown in part" not in md
+    assert "Not taken for an overflow" in md and "fp16 overflow, shown" not in md
     assert "is not tested this way" in md
     # the whole model, the hint's test, the onset and the region, the onset grown down (all pass), the end search
     # over the 30 nodes, the cause's check, the final re-check: 9
