@@ -1036,8 +1036,20 @@ class Reduction:
         by construction, and the others are taken on trust (the seventh held-out set's captcha CNN: an early
         MaxPool, whose rounding fails alone but leaves 5 of 23 failing elements computed exactly, grouped with the
         output's Reshape, was the result). One part that writes them, a cut of all below a point, is shown in part."""
+        if len(self.parts_of(candidate)) > 1 and self._fed_writes_every_output(candidate):
+            return False  # known before its proof runs: its `downstream` run would be a check for nothing
         proof = self.proof(candidate)
         return proof.holds and not (proof.writes_every_output and len(self.parts_of(candidate)) > 1)
+
+    def _fed_writes_every_output(self, candidate: Candidate) -> bool:
+        """Whether the candidate's proof feeds the reference to the writer of every output, so that its `without`
+        run has nothing to run (Proof.writes_every_output), seen without a run: the nodes it computes exactly hold
+        each output's producer. Not asked of a model with inlined control flow, whose outputs an If and its inlined
+        nodes both write."""
+        if self.cause_method != "reference" or self.model.inlined:
+            return False
+        exact = self.exact_region(candidate.nodes)
+        return all(self.model.producer.get(name) in exact for name in self.model.graph_outputs)
 
     def core(self, candidate: Candidate) -> tuple[frozenset[int], Verdict] | None:
         """Of a result that writes every output (its own proof, fed the reference, passes by construction), the

@@ -401,16 +401,20 @@ def test_unconnected_parts_one_of_which_writes_the_outputs_are_not_taken_for_the
     shows nothing of the other parts. The seventh held-out set's captcha CNN at 1e-3 ended on one: an early MaxPool,
     whose rounding fails alone but, computed exactly, leaves 5 of 23 failing elements, grouped with the output's
     Reshape (6 nodes, "shown in part"); now its 7 nodes that leave none. One part that writes them, all below a cut
-    of the order, is still shown in part."""
+    of the order, is still shown in part. Whether the parts' proof feeds every output is known before it runs, so
+    refusing them costs no check (its `downstream` run was one)."""
     from reducer.candidate import Candidate
 
     model, reduction, order, cause = started_through_the_command(planted, tmp_path)
     try:
         index = {node.name: i for i, node in enumerate(model.nodes)}
         scattered = Candidate(frozenset({index["main_conv"], index["join"]}))
+        checks = reduction.counters.checks
+        assert not reduction._shown(scattered) and reduction.counters.checks == checks  # refused before any run
         proof = reduction.proof(scattered)
         assert proof.holds and proof.writes_every_output, proof.verdicts  # below main_conv, the cause fails
-        assert not reduction._shown(scattered)
+        assert reduction._fed_writes_every_output(scattered)
+        assert not reduction._fed_writes_every_output(Candidate(frozenset({index["main_conv"]})))
         chain = frozenset(order[order.index(index["main_conv"]):]) - {index["bystander_conv"], index["bystander_damp"]}
         assert len(reduction.parts_of(Candidate(chain))) == 1 and cause in chain
         assert reduction.proof(Candidate(chain)).writes_every_output and reduction._shown(Candidate(chain))
